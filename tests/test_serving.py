@@ -1,0 +1,68 @@
+"""Server lifecycle on real vLLM engines: clear errors, and nothing left running."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from conftest import our_children
+from specdec_helpers.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer)
+
+
+def test_missing_model_directory_fails_before_starting_anything(tmp_path):
+    before = len(our_children())
+    with pytest.raises(ServerError, match="holds no config.json"):
+        VLLMServer(tmp_path / "missing")
+    assert len(our_children()) == before
+
+
+def test_missing_draft_directory_is_named(target_dir, tmp_path):
+    with pytest.raises(ServerError, match="Draft model directory"):
+        VLLMServer(target_dir, speculative_config={"method": "draft_model", "model": str(tmp_path / "nope"),
+                                                   "num_speculative_tokens": 2})
+
+
+def test_port_in_use_is_reported(target_dir, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        before = len(our_children())
+        with pytest.raises(PortInUseError, match=f"Port {port}"):
+            VLLMServer(target_dir, port=port, log_dir=tmp_path).start()
+        assert len(our_children()) == before
+
+
+def test_server_that_dies_at_start_shows_its_log_and_leaves_nothing(target_dir, tmp_path):
+    before = len(our_children())
+    server = VLLMServer(target_dir, name="broken", log_dir=tmp_path, extra_args=["--max-num-seqs", "-3"])
+    with pytest.raises(ServerStartError) as info:
+        server.start()
+    message = str(info.value)
+    assert "exited with code" in message and "Last lines of" in message
+    assert "max" in message.lower()  # the tail quotes vLLM's own complaint
+    assert not server.running
+    assert len(our_children()) == before
+
+
+def test_start_timeout_stops_the_process(target_dir, tmp_path):
+    before = len(our_children())
+    server = VLLMServer(target_dir, name="slow", log_dir=tmp_path, startup_timeout_s=3)
+    with pytest.raises(ServerStartError, match="did not become healthy within 3 s"):
+        server.start()
+    time.sleep(1)
+    assert len(our_children()) == before
+
+
+def test_with_block_stops_server_even_when_the_body_raises(target_dir, tmp_path):
+    before = len(our_children())
+    with pytest.raises(KeyboardInterrupt):
+        with VLLMServer(target_dir, name="interrupted", log_dir=tmp_path, max_model_len=512) as server:
+            assert server.running and server.startup_s > 0
+            assert len(our_children()) > before  # API server and engine core
+            raise KeyboardInterrupt  # as if the learner pressed stop in the middle of a cell
+    assert not server.running
+    assert len(our_children()) == before
+    assert "Application startup complete" in server.log_path.read_text()

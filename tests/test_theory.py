@@ -1,0 +1,280 @@
+"""Unit tests for specdec_helpers.theory, against values worked out by hand in the comments."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from specdec_helpers.theory import (
+    VerifyCost,
+    alpha_from_mean_acceptance_length,
+    alpha_from_per_position,
+    best_gamma,
+    break_even_alpha,
+    concurrency_speedup,
+    expected_tokens_per_pass,
+    predicted_speedup,
+    speedup_table,
+)
+
+# design.md: SmolLM2-135M on one CPU core, a forward over k tokens vs one decode step
+CPU_VERIFY = VerifyCost({1: 1.0, 2: 1.6, 4: 2.1, 8: 2.3})
+
+
+# ---------------------------------------------------------------- expected tokens per pass
+def test_expected_tokens_paper_example():
+    # alpha=0.8, gamma=4: E = (1 - 0.8^5) / 0.2 = (1 - 0.32768) / 0.2 = 3.3616
+    assert expected_tokens_per_pass(0.8, 4) == pytest.approx(3.3616)
+
+
+def test_expected_tokens_is_geometric_sum():
+    # alpha=0.5, gamma=2: 1 + 0.5 + 0.25 = 1.75
+    assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)
+
+
+def test_expected_tokens_alpha_zero_and_gamma_zero():
+    # nothing accepted: only the target's own token
+    assert expected_tokens_per_pass(0.0, 5) == 1.0
+    # no drafts: one token per pass, whatever alpha
+    assert expected_tokens_per_pass(0.7, 0) == pytest.approx(1.0)
+
+
+def test_expected_tokens_alpha_one_limit():
+    # alpha -> 1: every draft accepted plus the bonus token = gamma + 1
+    assert expected_tokens_per_pass(1.0, 4) == 5.0
+    assert expected_tokens_per_pass(1.0 - 1e-9, 4) == pytest.approx(5.0, abs=1e-6)
+    # continuity across the switch between closed form and direct sum
+    assert expected_tokens_per_pass(1.0 - 2e-6, 7) == pytest.approx(8.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("alpha,gamma", [(-0.1, 3), (1.1, 3), (float("nan"), 3), (0.5, -1), (0.5, 2.5), ("x", 3)])
+def test_expected_tokens_bad_input(alpha, gamma):
+    with pytest.raises(ValueError):
+        expected_tokens_per_pass(alpha, gamma)
+
+
+# ---------------------------------------------------------------- alpha from vLLM metrics
+def test_alpha_from_mean_acceptance_length_roundtrip():
+    # mal 3.3616 at gamma=4 is alpha 0.8 (above); 1.75 at gamma=2 is alpha 0.5
+    assert alpha_from_mean_acceptance_length(3.3616, 4) == pytest.approx(0.8, abs=1e-9)
+    assert alpha_from_mean_acceptance_length(1.75, 2) == pytest.approx(0.5, abs=1e-9)
+    # gamma=1: E = 1 + alpha, so mal 1.3 -> 0.3
+    assert alpha_from_mean_acceptance_length(1.3, 1) == pytest.approx(0.3, abs=1e-9)
+    assert alpha_from_mean_acceptance_length(1.0, 3) == 0.0
+    assert alpha_from_mean_acceptance_length(4.0, 3) == 1.0
+
+
+@pytest.mark.parametrize("mal,gamma", [(0.9, 3), (4.5, 3), (2.0, 0)])
+def test_alpha_from_mean_acceptance_length_bad_input(mal, gamma):
+    with pytest.raises(ValueError):
+        alpha_from_mean_acceptance_length(mal, gamma)
+
+
+def test_alpha_from_per_position_exact_geometric():
+    # 0.8, 0.64, 0.512 = 0.8^1, 0.8^2, 0.8^3
+    assert alpha_from_per_position([0.8, 0.64, 0.512]) == pytest.approx(0.8, abs=1e-6)
+    # one position: the fit is the rate itself
+    assert alpha_from_per_position([0.37]) == pytest.approx(0.37, abs=1e-6)
+
+
+def test_alpha_from_per_position_least_squares():
+    # rates fall faster than geometric: the fit lies between the last-position-implied
+    # alpha (0.05^(1/3) = 0.368) and the first rate (0.5), and minimises squared error
+    rates = [0.5, 0.2, 0.05]
+    a = alpha_from_per_position(rates)
+    assert 0.368 < a < 0.5
+
+    def sse(x):
+        return sum((x ** (i + 1) - r) ** 2 for i, r in enumerate(rates))
+
+    assert sse(a) <= sse(a + 1e-3) and sse(a) <= sse(a - 1e-3)
+
+
+def test_alpha_from_per_position_edges_and_bad_input():
+    assert alpha_from_per_position([0.0, 0.0]) == pytest.approx(0.0, abs=1e-9)
+    assert alpha_from_per_position([1.0, 1.0]) == pytest.approx(1.0, abs=1e-9)
+    for bad in ([], [1.2], [-0.1, 0.2]):
+        with pytest.raises(ValueError):
+            alpha_from_per_position(bad)
+
+
+# ---------------------------------------------------------------- VerifyCost
+def test_verify_cost_interpolation_and_extrapolation():
+    v = CPU_VERIFY
+    assert v(1) == 1.0
+    assert v(4) == pytest.approx(2.1)
+    # between 2 (1.6) and 4 (2.1): k=3 -> 1.85
+    assert v(3) == pytest.approx(1.85)
+    # between 4 (2.1) and 8 (2.3): k=6 -> 2.2
+    assert v(6) == pytest.approx(2.2)
+    # beyond 8: slope of last segment (2.3-2.1)/4 = 0.05 per k; k=10 -> 2.4
+    assert v(10) == pytest.approx(2.4)
+
+
+def test_verify_cost_adds_k1_and_free():
+    v = VerifyCost({3: 1.5})
+    # k=1 -> 1.0 added; k=2 halfway to 1.5 -> 1.25; extrapolated slope 0.25 -> k=5 is 2.0
+    assert v(1) == 1.0 and v(2) == pytest.approx(1.25) and v(5) == pytest.approx(2.0)
+    f = VerifyCost.free()
+    assert all(f(k) == 1.0 for k in (1, 2, 5, 64))
+
+
+def test_verify_cost_falling_extrapolation_is_floored():
+    # a noisy falling last segment (1.5 -> 1.4) must not extrapolate to a negative cost
+    v = VerifyCost({2: 1.5, 4: 1.4})
+    assert v(100) == pytest.approx(1.0)  # floored at the smallest measured ratio (k=1)
+
+
+def test_verify_cost_from_times():
+    v = VerifyCost.from_times({1: 0.05, 4: 0.105})
+    assert v(4) == pytest.approx(2.1)
+
+
+@pytest.mark.parametrize("bad", [{}, {2: -1.0}, {0: 1.0}, {2: float("nan")}])
+def test_verify_cost_bad_input(bad):
+    with pytest.raises(ValueError):
+        v = VerifyCost(bad)
+        v(2)
+
+
+def test_verify_cost_bad_k():
+    with pytest.raises(ValueError):
+        CPU_VERIFY(0)
+
+
+# ---------------------------------------------------------------- predicted speedup
+def test_predicted_speedup_paper_formula():
+    # free verify (v=1): 3.3616 / (4*0.1 + 1) = 3.3616 / 1.4 = 2.40114
+    assert predicted_speedup(0.8, 4, 0.1) == pytest.approx(2.401142857)
+    assert predicted_speedup(0.8, 4, 0.1, VerifyCost.free()) == pytest.approx(2.401142857)
+
+
+def test_predicted_speedup_measured_verify():
+    # c=0.25, verify pass over gamma+1 = 5 positions costs 2.1: 3.3616 / (1 + 2.1) = 1.08439
+    assert predicted_speedup(0.8, 4, 0.25, 2.1) == pytest.approx(1.084387097)
+    # VerifyCost is called with k = gamma+1 = 5: CPU_VERIFY(5) = 2.15 -> 3.3616 / 3.15 = 1.06717
+    assert predicted_speedup(0.8, 4, 0.25, CPU_VERIFY) == pytest.approx(3.3616 / 3.15)
+    assert predicted_speedup(0.8, 4, 0.25, VerifyCost({5: 2.1})) == pytest.approx(1.084387097)
+
+
+def test_predicted_speedup_alpha_zero_is_a_slowdown():
+    # E = 1, so any draft cost makes it slower: 1 / (3*0.1 + 1) = 0.76923
+    assert predicted_speedup(0.0, 3, 0.1) == pytest.approx(1 / 1.3)
+    for c in (0.01, 0.1, 0.5):
+        for g in (1, 4, 8):
+            assert predicted_speedup(0.0, g, c) < 1.0
+
+
+def test_predicted_speedup_alpha_one_and_gamma_zero():
+    # alpha=1: (gamma+1) / (gamma*c + 1) = 5 / 1.4 = 3.5714
+    assert predicted_speedup(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    # gamma=0 is plain decoding: exactly 1 whatever the costs
+    assert predicted_speedup(0.9, 0, 0.3, CPU_VERIFY) == 1.0
+
+
+@pytest.mark.parametrize("args", [(0.8, 4, -0.1), (0.8, 4, float("nan")), (1.5, 4, 0.1), (0.8, -2, 0.1)])
+def test_predicted_speedup_bad_input(args):
+    with pytest.raises(ValueError):
+        predicted_speedup(*args)
+
+
+def test_predicted_speedup_bad_verify_number():
+    with pytest.raises(ValueError):
+        predicted_speedup(0.8, 4, 0.1, 0.0)
+
+
+# ---------------------------------------------------------------- best gamma
+def test_best_gamma_clear_optimum():
+    # alpha=0.6, c=0.2, free verify:
+    #   gamma=1: 1.6 / 1.2 = 1.3333;  gamma=2: 1.96 / 1.4 = 1.4;  gamma=3: 2.176 / 1.6 = 1.36
+    g, s = best_gamma(0.6, 0.2)
+    assert g == 2
+    assert s == pytest.approx(1.4)
+
+
+def test_best_gamma_high_acceptance():
+    # alpha=0.8, c=0.1: gamma=5: 3.68928/1.5 = 2.45952; gamma=6: (1-0.8^7)/0.2 = 3.951424,
+    # /1.6 = 2.46964; gamma=7: 4.1611392/1.7 = 2.44773 -> optimum 6
+    assert best_gamma(0.8, 0.1) == (6, pytest.approx(2.46964))
+    # capped search range
+    assert best_gamma(0.8, 0.1, max_gamma=4) == (4, pytest.approx(2.401142857))
+
+
+def test_best_gamma_do_not_speculate():
+    # alpha=0.3 with the CPU costs: gamma=1 gives 1.3 / (0.25 + 1.6) = 0.70 < 1, all worse
+    assert best_gamma(0.3, 0.25, CPU_VERIFY) == (0, 1.0)
+
+
+# ---------------------------------------------------------------- table
+def test_speedup_table_is_tidy():
+    df = speedup_table([0.6, 0.8], [1, 2, 4], 0.1)
+    assert isinstance(df, pd.DataFrame)
+    assert {"alpha", "gamma", "c", "E", "predicted_speedup"} <= set(df.columns)
+    assert len(df) == 6
+    row = df[(df.alpha == 0.8) & (df.gamma == 4)].iloc[0]
+    assert row.E == pytest.approx(3.3616)
+    assert row.predicted_speedup == pytest.approx(2.401142857)
+    assert len(speedup_table([0.8], [4], [0.1, 0.25], CPU_VERIFY)) == 2
+
+
+# ---------------------------------------------------------------- break-even
+def test_break_even_alpha_by_hand():
+    # gamma=1, c=0.25, v(2)=1.6: need 1 + alpha = 0.25 + 1.6 -> alpha = 0.85
+    assert break_even_alpha(1, 0.25, CPU_VERIFY) == pytest.approx(0.85, abs=1e-9)
+    # gamma=1, c=0.2, free verify: 1 + alpha = 1.2 -> alpha = 0.2
+    assert break_even_alpha(1, 0.2) == pytest.approx(0.2, abs=1e-9)
+
+
+@pytest.mark.parametrize("gamma,c,verify", [(4, 0.1, None), (3, 0.3, CPU_VERIFY), (6, 0.05, 1.5)])
+def test_break_even_alpha_gives_speedup_one(gamma, c, verify):
+    a = break_even_alpha(gamma, c, verify)
+    assert predicted_speedup(a, gamma, c, verify) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_break_even_alpha_edges():
+    # free draft and free verify: never slower, breaks even at 0
+    assert break_even_alpha(3, 0.0) == 0.0
+    # costs too high to ever pay: (gamma+1) = 2 < 1*1.5 + 1 -> nan
+    assert math.isnan(break_even_alpha(1, 1.5))
+    with pytest.raises(ValueError):
+        break_even_alpha(0, 0.1)
+
+
+def test_cpu_case_needs_high_acceptance():
+    # design.md: on a CPU c is about 0.25-0.3 and verifying 4 tokens costs about 2x, so even the
+    # best gamma needs per-token acceptance near 0.7 (the model gives about 0.77-0.80)
+    for c in (0.25, 0.3):
+        best = min(break_even_alpha(g, c, CPU_VERIFY) for g in range(1, 9))
+        assert 0.65 <= best <= 0.85
+    # versus the GPU-at-small-batch case (c=0.1, free verify): far lower
+    assert min(break_even_alpha(g, 0.1) for g in range(1, 9)) < 0.15
+
+
+# ---------------------------------------------------------------- concurrency
+STEP_TIMES = {1: 10.0, 8: 11.0, 32: 14.0, 64: 25.0, 256: 100.0}  # ms, GPU-like shape
+
+
+def test_concurrency_speedup_by_hand():
+    # alpha=0.8, gamma=3: E = 1 + 0.8 + 0.64 + 0.512 = 2.952
+    # b=1: t(1)=10, t(4)=10 + 3/7 = 10.428571; 2.952*10 / (0.3*10 + 10.428571) = 2.19830
+    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1) == pytest.approx(2.198297872)
+    # b=64: t(64)=25, t(256)=100; 2.952*25 / (0.3*25 + 100) = 73.8 / 107.5 = 0.68651
+    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 64) == pytest.approx(0.686511628)
+
+
+def test_concurrency_speedup_falls_with_batch():
+    s = [concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, b) for b in (1, 8, 32, 64)]
+    assert s == sorted(s, reverse=True)
+    assert s[0] > 1.0 > s[-1]
+
+
+def test_concurrency_speedup_batch_one_matches_predicted():
+    times = {1: 0.05, 2: 0.08, 4: 0.105, 8: 0.115}
+    v = VerifyCost.from_times(times)
+    assert concurrency_speedup(0.7, 3, 0.25, times, 1) == pytest.approx(predicted_speedup(0.7, 3, 0.25, v))
+
+
+@pytest.mark.parametrize("batch", [0, -1, 1.5, True])
+def test_concurrency_speedup_bad_batch(batch):
+    with pytest.raises(ValueError):
+        concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, batch)
