@@ -39,6 +39,7 @@ import requests
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
+_started_groups: list[int] = []  # process groups of every server this process ever started
 
 
 class ServerError(RuntimeError):
@@ -215,6 +216,7 @@ class VLLMServer:
         )
         try:
             _live_servers.add(self)
+            _started_groups.append(self.process.pid)
             self._wait_healthy(started)
         except BaseException:
             self.stop()
@@ -284,6 +286,19 @@ class VLLMServer:
             self.stop()
         except Exception:
             pass
+
+
+def surviving_processes() -> list[int]:
+    """PIDs still alive in the process groups of servers this process started (should be none
+    once they are stopped: the API server, its engine core and workers share one group)."""
+    alive = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getpgid(int(proc_dir.name)) in _started_groups:
+                alive.append(int(proc_dir.name))
+        except (ProcessLookupError, PermissionError, ValueError):
+            continue
+    return alive
 
 
 def stop_all() -> None:

@@ -72,14 +72,18 @@ def self_draft_server(target_dir, log_dir):
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_running():
-    """After the whole session, no vLLM process we started may survive."""
-    before = {p.pid for p in vllm_processes()}
+    """After the whole session, no process of any server the tests started may survive.
+
+    Tracked by process group (each server gets its own), so vLLM processes of other programs on
+    the same machine do not count, while an engine core that outlived its API server does.
+    """
     yield
     import time
 
+    from specdec_helpers.serving import surviving_processes
+
     deadline = time.time() + 30
-    leftovers = [p for p in vllm_processes() if p.pid not in before]
-    while leftovers and time.time() < deadline:
+    while surviving_processes() and time.time() < deadline:
         time.sleep(1)
-        leftovers = [p for p in vllm_processes() if p.pid not in before and p.is_running()]
-    assert not leftovers, f"vLLM processes left running after the tests: {[p.pid for p in leftovers]}"
+    leftovers = surviving_processes()
+    assert not leftovers, f"processes of test servers left running: {leftovers}"

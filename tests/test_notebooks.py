@@ -4,10 +4,12 @@ running without error is not enough."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from conftest import vllm_processes
 from specdec_helpers.profiles import load_profile
 from specdec_helpers.runner import execute, find_notebooks
 
@@ -25,8 +27,22 @@ def check_00(r: dict) -> None:
     assert all(v > 0 for v in r["decode_tokens_per_s"].values())
 
 
+def check_01(r: dict) -> None:
+    ttft = {int(k): v for k, v in r["ttft_median_s_by_length"].items()}
+    assert ttft[max(ttft)] > 2 * ttft[min(ttft)]  # prefill grows with the prompt
+    assert r["itl_relative_iqr"] < 0.5  # decode latency varies far less
+    assert r["prefill_tokens_per_s"] > r["decode_tokens_per_s"]
+    assert 0 < r["achieved_bandwidth_gb_s"] < 5 * r["peak_bandwidth_gb_s"]
+    v = {int(k): x for k, x in r["verify_cost"].items()}
+    assert v[1] == pytest.approx(1.0)
+    assert v[max(v)] >= 0.9  # checking more tokens never gets cheaper than one
+    shares = r["decode_share"]
+    assert shares["RAG"] < shares["chat"]  # long prompt, short answer: mostly prefill
+
+
 EXPECTATIONS = {
     "00_setup_check": check_00,
+    "01_prefill_vs_decode": check_01,
 }
 
 NOTEBOOKS = find_notebooks()
@@ -36,11 +52,23 @@ NOTEBOOKS = find_notebooks()
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path):
     assert notebook.stem in EXPECTATIONS, f"add expectations for {notebook.stem} to EXPECTATIONS"
+    started = time.time()
     run = execute(notebook, load_profile("cpu-tiny", smoke=True), tmp_path)
+    _assert_no_server_survived(started)
     assert run.ok, f"{notebook.name} failed: {run.error}\n(executed copy: {run.output})"
     assert run.records, f"{notebook.name} recorded nothing"
     EXPECTATIONS[notebook.stem](run.records)
-    assert list((tmp_path / "logs").glob("*.log")) or notebook.stem not in {"00_setup_check"}
+
+
+def _assert_no_server_survived(since: float, grace_s: float = 30.0) -> None:
+    """vLLM processes born while the notebook ran must be gone once its kernel has shut down."""
+    deadline = time.time() + grace_s
+    while True:
+        born = [p for p in vllm_processes() if p.create_time() >= since - 1]
+        if not born or time.time() > deadline:
+            break
+        time.sleep(1)
+    assert not born, f"servers started by the notebook are still running: {[p.pid for p in born]}"
 
 
 def test_every_notebook_has_one_parameters_cell_and_no_outputs():
