@@ -40,9 +40,21 @@ def check_01(r: dict) -> None:
     assert shares["RAG"] < shares["chat"]  # long prompt, short answer: mostly prefill
 
 
+def check_04(r: dict) -> None:
+    acc, first = r["acceptance"], r["first_position_acceptance"]
+    assert set(acc) == {"structured@0", "structured@1", "creative@0", "creative@1"}
+    assert all(0.0 <= v <= 1.0 for v in acc.values())
+    # The talk's finding, measured: structured output is accepted more than creative at T=0.
+    assert acc["structured@0"] > acc["creative@0"]
+    assert first["structured@0"] >= acc["structured@0"] - 1e-9  # position 1 is the easiest
+    assert all(c["speedup"] > 0 and c["n"] >= 2 for c in r["cells"])
+    assert set(r["demo_speedup_tokens_per_s"]) == {"Structured", "Creative"}
+
+
 EXPECTATIONS = {
     "00_setup_check": check_00,
     "01_prefill_vs_decode": check_01,
+    "04_structured_vs_creative": check_04,
 }
 
 NOTEBOOKS = find_notebooks()
