@@ -51,10 +51,23 @@ def check_04(r: dict) -> None:
     assert set(r["demo_speedup_tokens_per_s"]) == {"Structured", "Creative"}
 
 
+def check_05(r: dict) -> None:
+    ctx = {int(k): v for k, v in r["context_speedups"].items()}
+    short, long = ctx[min(ctx)], ctx[max(ctx)]
+    assert long["prefill_share"] > short["prefill_share"]  # prefill grows with the prompt
+    assert all(v["decode_speedup"] > 0 and v["end_to_end_speedup"] > 0 for v in ctx.values())
+    levels = {int(k): v for k, v in r["throughput_speedup_by_concurrency"].items()}
+    assert set(levels) == {1, 4} and all(v > 0 for v in levels.values())
+    assert r["crossover_concurrency"] in (None, *levels)
+    assert 0.0 <= r["cost_inputs"]["alpha"] <= 1.0 and r["cost_inputs"]["c"] > 0
+    assert set(map(int, r["predicted_speedup_by_concurrency"])) == set(levels)
+
+
 EXPECTATIONS = {
     "00_setup_check": check_00,
     "01_prefill_vs_decode": check_01,
     "04_structured_vs_creative": check_04,
+    "05_context_and_concurrency": check_05,
 }
 
 NOTEBOOKS = find_notebooks()
