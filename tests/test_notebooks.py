@@ -40,6 +40,20 @@ def check_01(r: dict) -> None:
     assert shares["RAG"] < shares["chat"]  # long prompt, short answer: mostly prefill
 
 
+def check_03(r: dict) -> None:
+    assert r["tokenizer_verdicts"] and all(r["tokenizer_verdicts"].values())  # our drafts: compatible
+    assert r["tokenizer_mismatch_verdict"] is False  # the other-family tokenizer: incompatible
+    assert all(v >= 1.0 for v in r["size_ratio"].values())
+    by_name = {c["candidate"]: c for c in r["candidates"]}
+    assert "ngram" in by_name and by_name["ngram"]["c"] == 0.0
+    for c in r["candidates"]:
+        assert 0.0 <= c["acceptance_rate"] <= 1.0
+        assert c["predicted_decode_speedup"] > 0 and c["measured_speedup"] > 0
+        assert c["speedup_ci_low"] <= c["measured_speedup"] <= c["speedup_ci_high"]
+    assert r["recommendation"]["candidate"] in by_name
+    assert 0 <= r["recommendation"]["num_speculative_tokens"] <= 8
+
+
 def check_04(r: dict) -> None:
     acc, first = r["acceptance"], r["first_position_acceptance"]
     assert set(acc) == {"structured@0", "structured@1", "creative@0", "creative@1"}
@@ -66,6 +80,7 @@ def check_05(r: dict) -> None:
 EXPECTATIONS = {
     "00_setup_check": check_00,
     "01_prefill_vs_decode": check_01,
+    "03_choosing_a_draft": check_03,
     "04_structured_vs_creative": check_04,
     "05_context_and_concurrency": check_05,
 }

@@ -1,0 +1,133 @@
+"""Measure a speculation candidate against the baseline, and put the numbers into the cost model.
+
+Notebooks 03 and 06 ask the same question of every candidate (n-gram lookup, or a draft model):
+how often is it accepted (alpha), what does it cost (c), what does the cost model predict from
+those two and this hardware's verify cost v(k), and what speedup did we actually measure? Doing it
+in one place keeps the definitions identical across notebooks:
+
+* alpha: vLLM's pooled acceptance rate; for the cost model, a per-token alpha fitted so that the
+  model's expected tokens per pass match vLLM's mean acceptance length;
+* c: the draft's decode step time over the target's, each measured on its own server (n-gram
+  lookup is a table search on the CPU: c = 0);
+* v(k): from ``phases.verify_cost`` on the baseline server;
+* measured speedup: paired per prompt, decode tokens/s and end-to-end time per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import analysis, phases, theory
+from .measure import measure_prompts, warm_up
+from .models import resolve_model
+from .serving import VLLMServer, draft_model_config, ngram_config
+from .stats import bootstrap_ci
+
+NGRAM = "ngram"
+
+
+@dataclass
+class Baseline:
+    """The target alone: per-request results, its decode step time, and its verify cost."""
+
+    results: pd.DataFrame
+    step_s: float
+    verify_table: pd.DataFrame
+    verify: theory.VerifyCost
+
+
+def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, repeats: int, temperature: float,
+                     verify_ks: Sequence[int], provenance: dict, server_options: dict[str, Any]) -> Baseline:
+    with VLLMServer(target_dir, name="baseline", **server_options) as server:
+        warm_up(server)
+        results = measure_prompts([server], prompts, temperature=temperature, repeats=repeats,
+                                  max_tokens=max_tokens, provenance=provenance)
+        itl = phases.itl_by_position(server, output_tokens=32, repeats=2)
+        step_s = float(itl["itl_s"].median())
+        table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks, repeats=3), step_s=step_s)
+    ratios = table.groupby("k")["ratio"].median()
+    verify = theory.VerifyCost({int(k): max(float(v), 0.5) for k, v in ratios.items()})
+    return Baseline(results=results, step_s=step_s, verify_table=table, verify=verify)
+
+
+def candidate_config(candidate: str, k: int, draft_sample_method: str | None = None,
+                     ngram_lookup_max: int = 4) -> tuple[dict, Path | None]:
+    """The ``--speculative-config`` for a candidate name, and its draft directory (None for n-gram)."""
+    if candidate == NGRAM:
+        return ngram_config(k, ngram_lookup_max), None
+    draft_dir = resolve_model(candidate)
+    return draft_model_config(draft_dir, k, draft_sample_method), draft_dir
+
+
+def draft_step_cost(draft_dir: Path | None, target_dir: Path, step_s: float, server_options: dict[str, Any]) -> float:
+    """c = the draft's decode step time / the target's, each on its own server."""
+    if draft_dir is None:
+        return 0.0
+    if Path(draft_dir).resolve() == Path(target_dir).resolve():
+        return 1.0
+    with VLLMServer(draft_dir, name="draft-alone", **server_options) as server:
+        itl = phases.itl_by_position(server, output_tokens=32, repeats=2)
+    return float(itl["itl_s"].median()) / step_s
+
+
+def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, baseline: Baseline, *, k: int,
+                      max_tokens: int, repeats: int, temperature: float, provenance: dict,
+                      server_options: dict[str, Any], draft_sample_method: str | None = None,
+                      measure_cost: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Run the candidate's speculative server on the baseline's prompts; return its rows and a summary."""
+    config, draft_dir = candidate_config(candidate, k, draft_sample_method)
+    with VLLMServer(target_dir, name=candidate, speculative_config=config, **server_options) as server:
+        warm_up(server)
+        rows = measure_prompts([server], prompts, temperature=temperature, repeats=repeats,
+                               max_tokens=max_tokens, provenance=provenance)
+    c = draft_step_cost(draft_dir, target_dir, baseline.step_s, server_options) if measure_cost else float("nan")
+    return rows, summarize_candidate(candidate, rows, baseline, k=k, c=c)
+
+
+def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, *, k: int, c: float,
+                        by_class: str | None = None) -> dict:
+    """Acceptance, cost, the model's prediction and the measured speedups for one candidate."""
+    both = pd.concat([baseline.results, rows], ignore_index=True)
+    if by_class:
+        both = both[both["class"] == by_class]
+    both = analysis.add_time_per_token(both)
+    spec = both[both["server"] == candidate]
+    pooled = analysis.pooled_acceptance(spec)
+    mal = pooled["mean_acceptance_length"]
+    alpha_token = theory.alpha_from_mean_acceptance_length(min(max(mal, 1.0), k + 1.0), k) if np.isfinite(mal) else 0.0
+    decode = analysis.paired(both, "decode_tokens_per_s", baseline="baseline")
+    decode_ratio = (decode["decode_tokens_per_s"] / decode["baseline_decode_tokens_per_s"]).dropna()
+    e2e = analysis.paired(both, "s_per_token", baseline="baseline")
+    e2e_ratio = e2e["baseline_s_per_token"] / e2e["s_per_token"]
+    point, lo, hi = bootstrap_ci(e2e_ratio, np.median)
+    predicted = theory.predicted_speedup(alpha_token, k, c, baseline.verify) if np.isfinite(c) else float("nan")
+    best_k, best_pred = theory.best_gamma(alpha_token, c, baseline.verify, max_gamma=8) if np.isfinite(c) else (k, float("nan"))
+    return {
+        "candidate": candidate,
+        "k": k,
+        "acceptance_rate": pooled["acceptance_rate"],
+        "mean_acceptance_length": mal,
+        "per_position": analysis.per_position(spec),
+        "alpha_per_token": alpha_token,
+        "c": c,
+        "verify_cost_k_plus_1": baseline.verify(k + 1),
+        "predicted_decode_speedup": predicted,
+        "measured_decode_speedup": float(decode_ratio.median()) if len(decode_ratio) else float("nan"),
+        "measured_speedup": point,
+        "speedup_ci_low": lo,
+        "speedup_ci_high": hi,
+        "best_k": best_k,
+        "predicted_speedup_at_best_k": best_pred,
+    }
+
+
+def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
+    """Predicted decode speedup for every k, from the candidate's measured alpha and c."""
+    return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
+                          "predicted_speedup": theory.predicted_speedup(summary["alpha_per_token"], k, summary["c"], verify)}
+                         for k in ks])
