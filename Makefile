@@ -6,21 +6,28 @@ PROFILE ?= cpu-tiny
 KIND := $(if $(filter gpu-%,$(PROFILE)),gpu,cpu)
 WITH_ENV := bash scripts/with_env.sh $(KIND)
 NOTEBOOKS ?=
+SET ?=
 PYTEST_ARGS ?=
+RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
-.PHONY: run test smoke lab env help
+.PHONY: run test smoke worth-it lab env help
 help:
 	@echo "make run [PROFILE=cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~15 min cold)"
 	@echo "make smoke                     execute the series with the small test parameters"
+	@echo "make worth-it PROMPTS=f.jsonl  notebook 06 (the verdict) on your own prompts"
 	@echo "make lab                       JupyterLab in the project's environment"
 	@echo "make env                       only create the environment"
 
 run:
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) $(RUN_ARGS)
 
 smoke:
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --smoke $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --smoke $(RUN_ARGS)
+
+worth-it:
+	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...]"; exit 2; }
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 06 --set prompts_file=$(abspath $(PROMPTS))
 
 test:
 	$(WITH_ENV) python -m pytest $(PYTEST_ARGS)

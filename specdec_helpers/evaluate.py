@@ -105,7 +105,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     e2e = analysis.paired(both, "s_per_token", baseline="baseline")
     e2e_ratio = e2e["baseline_s_per_token"] / e2e["s_per_token"]
     point, lo, hi = bootstrap_ci(e2e_ratio, np.median)
-    predicted = theory.predicted_speedup(alpha_token, k, c, baseline.verify) if np.isfinite(c) else float("nan")
+    coverage = draft_coverage(spec)
+    predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c, baseline.verify, coverage)
+                 if np.isfinite(c) else float("nan"))
     best_k, best_pred = theory.best_gamma(alpha_token, c, baseline.verify, max_gamma=8) if np.isfinite(c) else (k, float("nan"))
     return {
         "candidate": candidate,
@@ -115,6 +117,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
         "per_position": analysis.per_position(spec),
         "alpha_per_token": alpha_token,
         "c": c,
+        "coverage": coverage,
         "verify_cost_k_plus_1": baseline.verify(k + 1),
         "predicted_decode_speedup": predicted,
         "measured_decode_speedup": float(decode_ratio.median()) if len(decode_ratio) else float("nan"),
@@ -126,8 +129,21 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     }
 
 
+def draft_coverage(spec_rows: pd.DataFrame) -> float:
+    """Share of decode steps that carried a draft, from vLLM's counters and the token counts.
+
+    A step with a draft yields 1 + accepted tokens, a step without one yields 1, and the first
+    token comes from prefill: so steps without a draft = (completion tokens - 1) - drafts - accepted.
+    """
+    drafts = spec_rows["drafts"].sum()
+    accepted = spec_rows["accepted_tokens"].sum()
+    plain = max((spec_rows["completion_tokens"] - 1).clip(lower=0).sum() - drafts - accepted, 0)
+    return float(drafts / (drafts + plain)) if drafts + plain else 0.0
+
+
 def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
     """Predicted decode speedup for every k, from the candidate's measured alpha and c."""
     return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
-                          "predicted_speedup": theory.predicted_speedup(summary["alpha_per_token"], k, summary["c"], verify)}
+                          "predicted_speedup": theory.predicted_speedup_with_coverage(
+                              summary["alpha_per_token"], k, summary["c"], verify, summary["coverage"])}
                          for k in ks])

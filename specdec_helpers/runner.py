@@ -156,15 +156,35 @@ img{{width:100%}}small{{font-weight:normal;color:#555}}</style></head><body>
     return path
 
 
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["max_tokens=64", "prompts_file=my.jsonl"]`` -> parameters; paths that exist become absolute
+    (notebooks run with notebooks/ as their working folder)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--set expects NAME=VALUE, got {pair!r}")
+        value = yaml.safe_load(raw) if raw else ""
+        if isinstance(value, str) and value and Path(value).exists():
+            value = str(Path(value).resolve())
+        overrides[name] = value
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-tiny")
     parser.add_argument("--smoke", action="store_true", help="small parameters (the tests' sizes)")
     parser.add_argument("--notebooks", nargs="*", help="prefixes, e.g. 00 03")
     parser.add_argument("--out", default=str(REPO_ROOT / "runs"), help="parent folder of run folders")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter (VALUE is read as YAML), e.g. --set prompts_file=my.jsonl")
     args = parser.parse_args(argv)
 
     params = load_profile(args.profile, smoke=args.smoke)
+    params.update(parse_overrides(args.set))
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")

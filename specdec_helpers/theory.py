@@ -48,6 +48,7 @@ __all__ = [
     "alpha_from_per_position",
     "VerifyCost",
     "predicted_speedup",
+    "predicted_speedup_with_coverage",
     "best_gamma",
     "speedup_table",
     "concurrency_speedup",
@@ -337,6 +338,24 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify: VerifyLike = N
     e = expected_tokens_per_pass(a, g)
     v = _verify_cost(verify, g + 1)
     return e / (g * cf + v)
+
+
+def predicted_speedup_with_coverage(alpha: float, gamma: int, c: float, verify: VerifyLike = None,
+                                    coverage: float = 1.0) -> float:
+    """Like :func:`predicted_speedup`, when only a share ``coverage`` of decode steps gets a draft.
+
+    Prompt lookup (n-gram) proposes tokens only when the recent text matches earlier text; the
+    other steps are plain one-token decode steps at cost 1. Mixing the two kinds of step:
+    ``(f*E + (1-f)) / (f*(gamma*c + v(gamma+1)) + (1-f))`` with ``f = coverage``. A draft model
+    proposes at every step (``coverage = 1``), which gives back :func:`predicted_speedup`.
+    """
+    f = float(coverage)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"coverage must be between 0 and 1 (a share of decode steps), got {coverage!r}")
+    a, g, cf = _check_alpha(alpha), _check_gamma(gamma), _check_c(c)
+    e = expected_tokens_per_pass(a, g)
+    step = g * cf + _verify_cost(verify, g + 1)
+    return (f * e + (1.0 - f)) / (f * step + (1.0 - f))
 
 
 def best_gamma(alpha: float, c: float, verify: VerifyLike = None, max_gamma: int = 10) -> tuple[int, float]:

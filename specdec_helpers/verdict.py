@@ -53,8 +53,14 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
         f"{best['verify_cost_k_plus_1']:.2f} steps: the cost model predicts {best['predicted_decode_speedup']:.2f}x decode "
         f"speed (measured {best['measured_decode_speedup']:.2f}x).")
     busy_ok = predicted_at_concurrency > 1.0 + min_gain
-    reasons.append(f"At the expected concurrency ({concurrency}) the cost model predicts {predicted_at_concurrency:.2f}x"
-                   + ("." if busy_ok else ": the hardware is busy enough that verification is no longer free."))
+    if busy_ok:
+        busy_text = "."
+    elif concurrency > 1:
+        busy_text = ": with that many sequences in flight, verification is no longer free."
+    else:
+        busy_text = ": even a single request gains nothing with this draft's acceptance and cost here."
+    reasons.append(f"At the expected concurrency ({concurrency}) the cost model predicts "
+                   f"{predicted_at_concurrency:.2f}x{busy_text}")
     fits = True
     if memory:
         fits = memory.get("fits", True)

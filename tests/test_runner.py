@@ -73,3 +73,13 @@ def test_record_mime_output_shape():
     assert _plain({"a": np.float64(1.5), "b": [np.int64(2)], "c": float("nan")}) == {"a": 1.5, "b": [2], "c": None}
     json.dumps(_plain(np.arange(3)))
     assert MIME_TYPE.startswith("application/vnd.")
+
+
+def test_overrides_are_yaml_and_existing_paths_become_absolute(tmp_path, monkeypatch):
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert runner.parse_overrides(["max_tokens=64", "temperatures=[0.0, 0.7]", "prompts_file=mine.jsonl"]) == {
+        "max_tokens": 64, "temperatures": [0.0, 0.7], "prompts_file": str(prompts)}
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        runner.parse_overrides(["oops"])

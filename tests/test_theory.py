@@ -278,3 +278,16 @@ def test_concurrency_speedup_batch_one_matches_predicted():
 def test_concurrency_speedup_bad_batch(batch):
     with pytest.raises(ValueError):
         concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, batch)
+
+
+def test_coverage_mixes_speculative_and_plain_steps():
+    from specdec_helpers.theory import predicted_speedup, predicted_speedup_with_coverage
+
+    # Full coverage is the plain formula; alpha=0.8, gamma=4, c=0.1, v=1: 3.3616 / 1.4 = 2.4011.
+    assert predicted_speedup_with_coverage(0.8, 4, 0.1, None, 1.0) == pytest.approx(predicted_speedup(0.8, 4, 0.1))
+    # Half the steps speculate: (0.5*3.3616 + 0.5) / (0.5*1.4 + 0.5) = 2.1808 / 1.2 = 1.8173.
+    assert predicted_speedup_with_coverage(0.8, 4, 0.1, None, 0.5) == pytest.approx(1.8173, abs=1e-4)
+    # No step speculates: exactly 1.
+    assert predicted_speedup_with_coverage(0.8, 4, 0.1, None, 0.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="coverage"):
+        predicted_speedup_with_coverage(0.8, 4, 0.1, None, 1.5)
