@@ -228,6 +228,7 @@ def plot_kv_check(df: pd.DataFrame, title: str, caption: str | None = None):
         ax.set_title(title, fontsize=11, loc="left")
         ax.legend(fontsize=8, title=None, loc="upper right")
         ax.set_ylim(0, long["kv_tokens"].max() * 1.18)
+        ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
         _finish(fig, caption)
     return fig
 
@@ -239,7 +240,11 @@ class BudgetExplorer:
     The initial state is planned when the panel is built, without any interaction, so
     ``explorer.budget`` (or ``explorer.error``) is there for papermill and for tests.
     A setup that does not fit shows the calculator's message instead of a chart.
-    Without ipywidgets, :meth:`show` draws the initial state as a plain figure.
+
+    The chart and the sentence below the controls are ordinary cell outputs with a display id,
+    updated in place when a control moves (no ``Output`` widget): a batch run (papermill) or a
+    static export shows the initial state like any figure, and nothing waits on a frontend.
+    Without ipywidgets, :meth:`show` draws the initial state only.
     """
 
     def __init__(
@@ -268,7 +273,9 @@ class BudgetExplorer:
         self.budget: Budget | None = None
         self.error: str | None = None
         self.widget = None
-        self._output = None
+        self._chart = None  # display handles, set by show()
+        self._words = None
+        self._syncing = False
         self._plan()
 
     # -- the model behind the panel -------------------------------------------------------
@@ -287,6 +294,13 @@ class BudgetExplorer:
             raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(self.state)}")
         self.state.update(changes)
         self._plan()
+        if self.widget is not None and not self._syncing:  # called from code: move the controls too
+            self._syncing = True
+            try:
+                for name, value in changes.items():
+                    self._controls[name].value = value
+            finally:
+                self._syncing = False
         self._render()
         return self.budget
 
@@ -337,46 +351,54 @@ class BudgetExplorer:
                                           description="tensor parallel", style=style, layout=layout),
         }
         for name, control in self._controls.items():
-            control.observe(lambda change, name=name: self.update(**{name: change["new"]}), names="value")
-        self._output = w.Output()
+            control.observe(lambda change, name=name: self._changed(name, change["new"]), names="value")
         names = list(self._controls)
         left = w.VBox([self._controls[n] for n in names[:4]])
         right = w.VBox([self._controls[n] for n in names[4:]])
-        self.widget = w.VBox([w.HBox([left, right]), self._output])
+        self.widget = w.HBox([left, right])
         return self.widget
 
+    def _changed(self, name: str, value: Any) -> None:
+        if not self._syncing:  # a learner moved a control
+            self.update(**{name: value})
+
+    def _outputs(self) -> tuple[Any, Any]:
+        """What to show: the figure (or a one-line note when the setup does not fit) and the text."""
+        from IPython.display import Markdown
+
+        fig = self.figure()
+        if fig is None:
+            return Markdown("**This setup does not fit; the calculator says why below.**"), self.text()
+        return fig, self.text()
+
     def _render(self) -> None:
-        if self._output is None:
+        if self._chart is None:
             return
         import matplotlib.pyplot as plt
-        from IPython.display import display
 
-        with self._output:
-            self._output.clear_output(wait=True)
-            fig = self.figure()
-            if fig is not None:
-                display(fig)
-                plt.close(fig)
-            print(self.text())
+        chart, words = self._outputs()
+        self._chart.update(chart)
+        self._words.update({"text/plain": words}, raw=True)
+        if hasattr(chart, "savefig"):
+            plt.close(chart)
 
     def show(self):
-        """Display the panel (or, without ipywidgets, a static figure of the initial state)."""
+        """Display the controls, then the chart and the sentence for the current state."""
+        import matplotlib.pyplot as plt
         from IPython.display import display
 
         try:
             widget = self.widget or self._build()
         except ImportError:
-            import matplotlib.pyplot as plt
-
-            fig = self.figure()
-            if fig is not None:
-                display(fig)
-                plt.close(fig)
-            print(self.text())
+            widget = None
             print("(ipywidgets is not installed: pip install ipywidgets for the interactive panel)")
-            return None
-        display(widget)
-        self._render()
+        else:
+            display(widget)
+        chart, words = self._outputs()
+        self._chart = display(chart, display_id=True)
+        self._words = display({"text/plain": words}, raw=True, display_id=True)
+        if hasattr(chart, "savefig"):
+            plt.close(chart)
         return widget
 
 

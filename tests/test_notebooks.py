@@ -40,6 +40,32 @@ def check_01(r: dict, run_dir: Path) -> None:
     assert shares["RAG"] < shares["chat"]  # long prompt, short answer: mostly prefill
 
 
+def check_02(r: dict, run_dir: Path) -> None:
+    assert r["kv_check_platform"] == "cpu"
+    assert set(r["kv_tokens_reported"]) == {"target alone", "target + draft"}
+    for setup, reported in r["kv_tokens_reported"].items():
+        assert reported > 0
+        assert r["kv_tokens_predicted"][setup] == pytest.approx(reported, rel=0.05)  # calculator vs vLLM
+    assert r["kv_prediction_error"] < 0.05
+    # both models' KV share one pool: adding the draft leaves fewer tokens
+    assert r["kv_tokens_reported"]["target + draft"] < r["kv_tokens_reported"]["target alone"]
+    base, spec = r["talk_budget"]["baseline"], r["talk_budget"]["speculative"]
+    assert base["usable_gb"] == spec["usable_gb"] == pytest.approx(43.2)  # 96 GB x 0.45
+    assert spec["target_weights_gb"] == pytest.approx(16.1, abs=0.1)
+    assert spec["draft_weights_gb"] == pytest.approx(2.5, abs=0.1)
+    assert spec["kv_gb"] < base["kv_gb"] and spec["kv_tokens"] < base["kv_tokens"]
+    assert spec["max_concurrent_seqs"] < base["max_concurrent_seqs"] == spec["max_concurrent_seqs_without_draft"]
+    assert r["draft_concurrency_cost"] == base["max_concurrent_seqs"] - spec["max_concurrent_seqs"] > 0
+    assert "weights need" in r["budget_error"] and "the card gives" in r["budget_error"]
+    assert "tensor_parallel=" in r["budget_error"]
+    assert r["tensor_parallel_70b"]
+    e = r["input_errors"]
+    assert "Known GPUs" in e["unknown_gpu"] and "Known models" in e["unknown_model"]
+    assert "num_attention_heads" in e["missing_fields"]
+    assert "less than one sequence" in e["no_room_for_one_sequence"]
+    assert r["explorer_initial"].get("max_concurrent_seqs", 0) >= 1
+
+
 def check_03(r: dict, run_dir: Path) -> None:
     assert r["tokenizer_verdicts"] and all(r["tokenizer_verdicts"].values())  # our drafts: compatible
     assert r["tokenizer_mismatch_verdict"] is False  # the other-family tokenizer: incompatible
@@ -98,6 +124,7 @@ def check_06(r: dict, run_dir: Path) -> None:
 EXPECTATIONS = {
     "00_setup_check": check_00,
     "01_prefill_vs_decode": check_01,
+    "02_memory_budget": check_02,
     "03_choosing_a_draft": check_03,
     "04_structured_vs_creative": check_04,
     "05_context_and_concurrency": check_05,
