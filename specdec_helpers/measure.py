@@ -18,7 +18,7 @@ without the conditions it was measured under.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from .metrics import SpecCounters, read_spec_counters
@@ -171,22 +171,3 @@ def _row(server: VLLMServer, prompt, repeat: int, temperature: float, m: Measure
         row.update(m.counters.as_dict())
     row.update(provenance or {})
     return row
-
-
-def paired_speedups(df: "pd.DataFrame", baseline: str = "baseline",
-                    value: str = "e2e_s") -> "pd.DataFrame":
-    """Per prompt and repeat: baseline time / speculative time for every other server.
-
-    Pairs are formed on identical prompts, repeats and temperature, measured in the same run.
-    """
-    keys = ["prompt_id", "repeat", "temperature"]
-    base = df[df["server"] == baseline][keys + [value]].rename(columns={value: "baseline"})
-    other = df[df["server"] != baseline][keys + ["server", "class", value]]
-    paired = other.merge(base, on=keys)
-    paired["speedup"] = paired["baseline"] / paired[value]
-    return paired
-
-
-def as_record(obj: Any) -> Any:
-    """Dataclasses to plain dicts for recording."""
-    return asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj
