@@ -13,7 +13,7 @@ RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set 
 .PHONY: run test smoke worth-it lab env help
 help:
 	@echo "make run [PROFILE=cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
-	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~15 min cold)"
+	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~16-19 min)"
 	@echo "make smoke                     execute the series with the small test parameters"
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 06 (the verdict) on your own prompts"
 	@echo "make lab                       JupyterLab in the project's environment"
