@@ -15,7 +15,7 @@ help:
 	@echo "make run [PROFILE=cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~16-19 min)"
 	@echo "make smoke                     execute the series with the small test parameters"
-	@echo "make worth-it PROMPTS=f.jsonl  notebook 06 (the verdict) on your own prompts"
+	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
 	@echo "make lab                       JupyterLab in the project's environment"
 	@echo "make env                       only create the environment"
 
@@ -27,7 +27,7 @@ smoke:
 
 worth-it:
 	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...]"; exit 2; }
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 06 --set prompts_file=$(abspath $(PROMPTS))
+	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
 
 test:
 	$(WITH_ENV) python -m pytest $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """Measure a speculation candidate against the baseline, and put the numbers into the cost model.
 
-Notebooks 03 and 06 ask the same question of every candidate (n-gram lookup, or a draft model):
+Notebooks 04 and 07 ask the same question of every candidate (n-gram lookup, or a draft model):
 how often is it accepted (alpha), what does it cost (c), what does the cost model predict from
 those two and this hardware's verify cost v(k), and what speedup did we actually measure? Doing it
 in one place keeps the definitions identical across notebooks:

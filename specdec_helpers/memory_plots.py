@@ -1,4 +1,4 @@
-"""Tables, figures and the interactive explorer for the memory budget (notebook 02).
+"""Tables, figures and the interactive explorer for the memory budget (notebook 03).
 
 The arithmetic lives in :mod:`specdec_helpers.memory`; this module only turns its
 :class:`~specdec_helpers.memory.Budget` objects into tidy tables, seaborn figures whose title

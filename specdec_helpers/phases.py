@@ -9,7 +9,7 @@ Why these three measurements decide whether speculation can pay:
   exactly this: several tokens per pass.
 * **Verify cost** v(k): a pass that checks k tokens instead of 1. Where it is close to 1 (a GPU at
   small batch: the weights are read once either way) verification is "free"; where it grows with
-  k (a CPU, or a busy GPU) it eats the gain. Notebook 06's cost model uses it.
+  k (a CPU, or a busy GPU) it eats the gain. Notebook 07's cost model uses it.
 
 All requests go through the real server with token-id prompts (the completions API accepts lists
 of ids), so prompt lengths are exact and no chat template gets in the way.

@@ -81,9 +81,9 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
             f"On the creative prompts acceptance is {creative['acceptance_rate']:.0%} and the speedup "
             f"{creative['measured_speedup']:.2f}x" + (f" (vs {structured['measured_speedup']:.2f}x structured)." if structured else "."))
     questions["Do you have enough VRAM space to even consider it?"] = (
-        memory["text"] if memory else "On a CPU the draft lives in system memory; see notebook 02 for GPU budgets.")
+        memory["text"] if memory else "On a CPU the draft lives in system memory; see notebook 03 for GPU budgets.")
     questions["Are you running a lot of concurrency?"] = (
-        f"At {concurrency} concurrent request(s) the model predicts {predicted_at_concurrency:.2f}x; notebook 05 "
+        f"At {concurrency} concurrent request(s) the model predicts {predicted_at_concurrency:.2f}x; notebook 06 "
         "measures where the gain disappears on this hardware.")
     k = best["k"] if enable else best["best_k"]
     return Verdict(enable=enable, candidate=best["candidate"], k=k, expected_gain=gain, reasons=reasons,

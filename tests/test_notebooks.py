@@ -27,7 +27,7 @@ def check_00(r: dict, run_dir: Path) -> None:
     assert all(v > 0 for v in r["decode_tokens_per_s"].values())
 
 
-def check_01(r: dict, run_dir: Path) -> None:
+def check_02(r: dict, run_dir: Path) -> None:
     ttft = {int(k): v for k, v in r["ttft_median_s_by_length"].items()}
     assert ttft[max(ttft)] > 2 * ttft[min(ttft)]  # prefill grows with the prompt
     assert r["itl_relative_iqr"] < 0.5  # decode latency varies far less
@@ -40,7 +40,7 @@ def check_01(r: dict, run_dir: Path) -> None:
     assert shares["RAG"] < shares["chat"]  # long prompt, short answer: mostly prefill
 
 
-def check_02(r: dict, run_dir: Path) -> None:
+def check_03(r: dict, run_dir: Path) -> None:
     assert r["kv_check_platform"] == "cpu"
     assert set(r["kv_tokens_reported"]) == {"target alone", "target + draft"}
     for setup, reported in r["kv_tokens_reported"].items():
@@ -66,7 +66,7 @@ def check_02(r: dict, run_dir: Path) -> None:
     assert r["explorer_initial"].get("max_concurrent_seqs", 0) >= 1
 
 
-def check_03(r: dict, run_dir: Path) -> None:
+def check_04(r: dict, run_dir: Path) -> None:
     assert r["tokenizer_verdicts"] and all(r["tokenizer_verdicts"].values())  # our drafts: compatible
     assert r["tokenizer_mismatch_verdict"] is False  # the other-family tokenizer: incompatible
     assert all(v >= 1.0 for v in r["size_ratio"].values())
@@ -80,7 +80,7 @@ def check_03(r: dict, run_dir: Path) -> None:
     assert 0 <= r["recommendation"]["num_speculative_tokens"] <= 8
 
 
-def check_04(r: dict, run_dir: Path) -> None:
+def check_05(r: dict, run_dir: Path) -> None:
     acc, first = r["acceptance"], r["first_position_acceptance"]
     assert set(acc) == {"structured@0", "structured@1", "creative@0", "creative@1"}
     assert all(0.0 <= v <= 1.0 for v in acc.values())
@@ -91,7 +91,7 @@ def check_04(r: dict, run_dir: Path) -> None:
     assert set(r["demo_speedup_tokens_per_s"]) == {"Structured", "Creative"}
 
 
-def check_05(r: dict, run_dir: Path) -> None:
+def check_06(r: dict, run_dir: Path) -> None:
     ctx = {int(k): v for k, v in r["context_speedups"].items()}
     short, long = ctx[min(ctx)], ctx[max(ctx)]
     assert long["prefill_share"] > short["prefill_share"]  # prefill grows with the prompt
@@ -103,7 +103,7 @@ def check_05(r: dict, run_dir: Path) -> None:
     assert set(map(int, r["predicted_speedup_by_concurrency"])) == set(levels)
 
 
-def check_06(r: dict, run_dir: Path) -> None:
+def check_07(r: dict, run_dir: Path) -> None:
     assert r["prompt_classes"] == {"structured": 2, "creative": 2}
     v = {int(k): x for k, x in r["verify_cost"].items()}
     assert v[1] == pytest.approx(1.0)
@@ -123,12 +123,12 @@ def check_06(r: dict, run_dir: Path) -> None:
 
 EXPECTATIONS = {
     "00_setup_check": check_00,
-    "01_prefill_vs_decode": check_01,
-    "02_memory_budget": check_02,
-    "03_choosing_a_draft": check_03,
-    "04_structured_vs_creative": check_04,
-    "05_context_and_concurrency": check_05,
-    "06_is_it_worth_it": check_06,
+    "02_prefill_vs_decode": check_02,
+    "03_memory_budget": check_03,
+    "04_choosing_a_draft": check_04,
+    "05_structured_vs_creative": check_05,
+    "06_context_and_concurrency": check_06,
+    "07_is_it_worth_it": check_07,
 }
 
 NOTEBOOKS = find_notebooks()
