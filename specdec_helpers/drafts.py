@@ -4,15 +4,15 @@ The project ships only what distillation trained (``data/drafts/<key>.safetensor
 transformer layers and the final norm, bf16) plus ``data/drafts/manifest.json`` (sha256,
 recipe, data mix, measured acceptance). A vLLM-loadable draft also needs the embedding (tied
 LM head), the config and the tokenizer: those come from the target, SmolLM2-135M-Instruct,
-which ``models.resolve_model`` provisions offline. So :func:`provision_draft` assembles
+which ``wheel_models`` provisions offline. So :func:`provision_draft` assembles
 ``cache_root()/models/<key>/`` once:
 
 1. check the shipped file's sha256 against the manifest (refuse a changed or corrupt file);
 2. config = the target's with ``num_hidden_layers = N``; tokenizer and chat template copied;
 3. ``model.safetensors`` = the target's embedding + the shipped layers and norm, in float32
    (the dtype the target is served in, so draft and target compute alike);
-4. built in a temporary folder and renamed into place (``models.atomic_directory``), under a
-   file lock (``models._locked``); a second call returns at once.
+4. built in a temporary folder and renamed into place (``model_cache.atomic_directory``), under a
+   file lock (``model_cache.locked``); a second call returns at once.
 
 The recipe that made the weights is ``specdec_helpers.distill``.
 """
@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
+from .model_cache import MANIFEST_NAME, atomic_directory, locked, models_dir, sha256_of
 
 DRAFTS_DIR = Path(__file__).resolve().parent.parent / "data" / "drafts"
 TARGET = "smollm2-135m-instruct"
@@ -47,8 +49,6 @@ def known_drafts() -> dict[str, dict]:
 
 def verify_shipped(key: str) -> Path:
     """The shipped weights of ``key``, after checking their sha256 against the manifest."""
-    from .models import sha256_of
-
     entry = known_drafts()[key]
     path = DRAFTS_DIR / entry["file"]
     if not path.is_file():
@@ -66,8 +66,6 @@ def verify_shipped(key: str) -> Path:
 
 
 def _is_current(final: Path, entry: dict) -> bool:
-    from .models import MANIFEST_NAME
-
     marker = final / MANIFEST_NAME
     if not marker.is_file():
         return False
@@ -79,8 +77,6 @@ def _is_current(final: Path, entry: dict) -> bool:
 
 def provision_draft(key: str) -> Path:
     """Assemble (once) and return the vLLM-loadable directory of the shipped draft ``key``."""
-    from .models import _locked, atomic_directory, models_dir
-
     drafts = known_drafts()
     if key not in drafts:
         raise KeyError(f"unknown draft '{key}'; shipped drafts: {', '.join(sorted(drafts)) or 'none'}")
@@ -88,7 +84,7 @@ def provision_draft(key: str) -> Path:
     final = models_dir() / key
     if _is_current(final, entry):
         return final
-    with _locked(key):
+    with locked(key):
         if _is_current(final, entry):
             return final
         shipped = verify_shipped(key)
@@ -104,9 +100,9 @@ def _assemble(key: str, entry: dict, shipped: Path, out: Path) -> None:
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from .models import MANIFEST_NAME, resolve_model, sha256_of
+    from . import wheel_models
 
-    target = resolve_model(TARGET)
+    target = wheel_models.provision(wheel_models.OFFLINE_MODELS[TARGET])
     config = json.loads((target / "config.json").read_text())
     layers = int(entry["layers"])
     config["num_hidden_layers"] = layers

