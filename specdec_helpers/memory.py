@@ -51,6 +51,7 @@ __all__ = [
     "UnknownGPUError",
     "ConfigError",
     "BudgetError",
+    "ContextTooLongError",
     "GPUSpec",
     "ModelShape",
     "Budget",
@@ -58,12 +59,14 @@ __all__ = [
     "load_model_config",
     "known_gpus",
     "gpu_spec",
+    "match_gpu",
     "model_shape",
     "weight_bytes",
     "kv_bytes_per_token",
     "kv_tokens_for_space",
     "estimate_overhead_gb",
     "plan_budget",
+    "max_context_len",
     "talk_setup",
 ]
 
@@ -144,6 +147,18 @@ class ConfigError(ValueError):
 
 class BudgetError(ValueError):
     """The requested setup does not fit: vLLM would refuse to start with it."""
+
+
+class ContextTooLongError(BudgetError):
+    """Weights fit, but the KV pool cannot hold one sequence of the requested context.
+
+    ``max_context_len`` is the longest context (``max_model_len``) that would fit, in whole
+    KV blocks (0 when not even one block fits), so a caller can lower the setting to it.
+    """
+
+    def __init__(self, message: str, max_context_len: int) -> None:
+        super().__init__(message)
+        self.max_context_len = max_context_len
 
 
 # --------------------------------------------------------------------------------------
@@ -303,6 +318,54 @@ def gpu_spec(name: Union[str, GPUSpec]) -> GPUSpec:
         bandwidth_gb_s=float(row["bandwidth_gb_s"]),
         notes=str(row.get("notes", "")),
     )
+
+
+# How nvidia-smi (and torch.cuda.get_device_name) spell the cards in the table; checked in
+# order on the folded name, after "nvidia", "geforce" and the ", 81559 MiB" tail are dropped.
+_DETECTED_GPU_PATTERNS: tuple[tuple[str, str | None], ...] = (
+    (r"rtxpro6000", "RTX PRO 6000 Blackwell"),
+    (r"rtx5090", "RTX 5090"),
+    (r"h100.*nvl", None),  # 94 GB, 3.9 TB/s: not in the table
+    (r"h100.*pcie", "H100 PCIe"),
+    (r"h100", "H100"),
+    (r"h200", "H200"),
+    (r"gh200", None),
+    (r"b200", "B200"),
+    (r"a100.*80g", "A100 80GB"),
+    (r"l40s", "L40S"),
+    (r"^l4$", "L4"),
+    (r"a10g", "A10G"),
+)
+
+
+def match_gpu(detected: str | None) -> GPUSpec | None:
+    """The catalog entry for a GPU name as a driver reports it, or None when the card is not
+    in ``data/models/gpus.json`` (or nothing was detected).
+
+    nvidia-smi says ``"NVIDIA H100 80GB HBM3"``, ``"NVIDIA A100-SXM4-80GB"`` or
+    ``"NVIDIA RTX PRO 6000 Blackwell Workstation Edition"``, sometimes followed by the memory
+    (``", 81559 MiB"``); the table says ``"H100"``. Cards that share a name but not a bandwidth
+    (the 40 GB A100, the H100 NVL) give None rather than a wrong datasheet number.
+
+    >>> match_gpu("NVIDIA H100 80GB HBM3, 81559 MiB").name
+    'H100'
+    >>> match_gpu("NVIDIA A100-SXM4-40GB") is None
+    True
+    """
+    if not detected:
+        return None
+    name = str(detected).split(",")[0]
+    try:
+        return gpu_spec(name)
+    except UnknownGPUError:
+        pass
+    key = _norm_key(name)
+    for prefix in ("nvidia", "geforce"):
+        key = key.removeprefix(prefix)
+    for pattern, canonical in _DETECTED_GPU_PATTERNS:
+        if re.search(pattern, key):
+            return gpu_spec(canonical) if canonical else None
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -845,11 +908,12 @@ def plan_budget(
     kv_tokens = math.floor(kv_pool_gb * GB / (block_size * (t_kv + d_kv))) * block_size
     max_seqs = (kv_tokens // block_size) // blocks_per_seq
     if max_seqs < 1:
-        raise BudgetError(
+        raise ContextTooLongError(
             f"the KV cache gets {kv_pool_gb:.2f} GB = {kv_tokens:,} tokens, less than one "
             f"sequence of context_len={context_len:,}; vLLM would refuse to start. Lower "
-            f"context_len (max_model_len), raise gpu_memory_utilization, use kv_dtype='fp8' "
-            f"or more GPUs"
+            f"context_len (max_model_len) to at most {max(kv_tokens, 0):,}, raise "
+            f"gpu_memory_utilization, use kv_dtype='fp8' or more GPUs",
+            max_context_len=max(kv_tokens, 0),
         )
 
     pool_alone_gb = usable_gb - t_weights - reserve_alone
@@ -879,6 +943,30 @@ def plan_budget(
         kv_tokens_without_draft=tokens_alone,
         max_concurrent_seqs_without_draft=seqs_alone,
     )
+
+
+def max_context_len(
+    target: ModelLike,
+    draft: ModelLike | None = None,
+    **plan_kwargs: Any,
+) -> int:
+    """The longest ``max_model_len`` one sequence can have on this budget, in whole KV blocks.
+
+    vLLM refuses to start when its KV pool cannot hold one full sequence of ``max_model_len``
+    tokens, so a server that only needs short requests (a setup check, a smoke run) should ask
+    for no more context than this. Takes the same keywords as :func:`plan_budget` (``gpu``,
+    ``gpu_memory_utilization``, ``kv_dtype``, ``tensor_parallel``, ``overhead_gb``, ...);
+    ``context_len`` is ignored.
+
+    Returns 0 when the weights fit but not even one KV block does. Raises :class:`BudgetError`
+    when the weights themselves do not fit (the message says what to change).
+    """
+    plan_kwargs.pop("context_len", None)
+    block = int(plan_kwargs.get("block_size", 16))
+    try:
+        return plan_budget(target, draft, context_len=block, **plan_kwargs).kv_tokens
+    except ContextTooLongError as exc:
+        return exc.max_context_len
 
 
 def talk_setup(

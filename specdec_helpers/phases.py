@@ -7,9 +7,12 @@ Why these three measurements decide whether speculation can pay:
 * **Decode** writes one token per forward pass; each pass reads all the weights, so on most
   hardware its time per token is nearly flat and bound by memory bandwidth. Speculation attacks
   exactly this: several tokens per pass.
-* **Verify cost** v(k): a pass that checks k tokens instead of 1. Where it is close to 1 (a GPU at
-  small batch: the weights are read once either way) verification is "free"; where it grows with
-  k (a CPU, or a busy GPU) it eats the gain. Notebook 07's cost model uses it.
+* **Verify cost** v(k): the pass that checks k drafted tokens, relative to a decode step. Where it
+  is close to 1 (a GPU at small batch: the weights are read once either way) verification is
+  "free"; where it grows with k (a CPU, or a busy GPU) it eats the gain. The cost model
+  (:mod:`specdec_helpers.theory`) uses it. What is timed here is a forward over ``n`` new tokens
+  (``verify_cost(ks=...)`` takes these ``n``); checking k drafts processes ``n = k + 1`` positions,
+  so ``v(k) = theory.VerifyCost(...)(k + 1)``.
 
 All requests go through the real server with token-id prompts (the completions API accepts lists
 of ids), so prompt lengths are exact and no chat template gets in the way.
@@ -86,7 +89,7 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3, pr
 
 def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), base_tokens: int = 256,
                 repeats: int = 5, seed: int = 7) -> "pd.DataFrame":
-    """Time of a forward pass over k new tokens on top of a cached prefix, relative to k = 1.
+    """Time of a forward pass over k new token positions on top of a cached prefix (k = 1 is a decode step).
 
     The prefix (a whole number of KV blocks) is sent once so vLLM's prefix cache holds it; every
     later request is prefix + k fresh tokens with ``max_tokens=1``, so the engine computes exactly

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -40,6 +40,9 @@ __all__ = [
     "prompts_frame",
     "select",
     "long_document_prompt",
+    "SizedDocument",
+    "long_document_for_tokens",
+    "chat_token_counter",
 ]
 
 #: Where the shipped prompt sets live: ``data/prompts`` at the repository root. This is a
@@ -335,20 +338,34 @@ _CODE_COLOURS = ("AMBER", "COBALT", "CRIMSON", "JADE", "SAFFRON", "INDIGO", "COP
 _CODE_ANIMALS = ("FALCON", "OTTER", "LYNX", "HERON", "BISON", "MARTEN", "IBEX")
 
 
-def long_document_prompt(n_records: int, seed: int = 0) -> tuple[list[dict], str]:
+#: What a reply to the long-document question is asked for: the codeword alone (a few tokens), or
+#: the whole record line quoted (copied from the document: the case n-gram lookup is built for).
+DOCUMENT_TASKS: tuple[str, ...] = ("codeword", "quote")
+
+
+def long_document_prompt(n_records: int, seed: int = 0, task: str = "codeword") -> tuple[list[dict], str]:
     """A needle-in-a-haystack prompt whose length you choose: (messages, expected_answer).
 
     Speculative decoding speeds up decoding, not prefill; with a long input and a short answer
     most of the time goes to reading the prompt, so the speed-up shrinks. This builds such a
-    workload: ``n_records`` lines of a fake inventory log (about 90 characters each; measure
-    tokens with your model's tokenizer), exactly one of which carries a note with an audit
-    codeword, and a question asking for that codeword on one line. The answer lets you check
-    the model still read the document, so a speed-up is not bought with a wrong answer.
+    workload: ``n_records`` lines of a fake inventory log (about 90 characters each, about 45
+    tokens with tokenizers that split digits one by one; never guess, count with the target's
+    tokenizer: :func:`long_document_for_tokens` sizes a document by tokens), exactly one of which
+    carries a note with an audit codeword, and a question on that record.
 
-    Deterministic for a given (n_records, seed); uses only the stdlib ``random``.
+    ``task="codeword"`` asks for the codeword alone; ``expected_answer`` is the codeword.
+    ``task="quote"`` asks to copy that record line exactly; the answer is then copied from the
+    prompt (what prompt-lookup speculation is built for), and ``expected_answer`` is the record's
+    label (``"Record 0042"``), which a correct reply starts with even when it is cut short.
+    Either lets you check the model still read the document, so a speed-up is not bought with a
+    wrong answer.
+
+    Deterministic for a given (n_records, seed, task); uses only the stdlib ``random``.
     """
     if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
         raise ValueError(f"n_records must be a positive integer, got {n_records!r}")
+    if task not in DOCUMENT_TASKS:
+        raise ValueError(f"task must be one of {', '.join(DOCUMENT_TASKS)}, got {task!r}")
     rng = random.Random(seed)
     width = max(4, len(str(n_records)))
     needle = rng.randrange(n_records)
@@ -365,11 +382,17 @@ def long_document_prompt(n_records: int, seed: int = 0) -> tuple[list[dict], str
             line += f", note=audit codeword is {answer}"
         lines.append(line)
     document = "\n".join(lines)
+    if task == "codeword":
+        question = ("Exactly one record above has a note field. What is the audit codeword in that note? "
+                    "Reply with the codeword only, on one line.")
+    else:
+        question = ("Exactly one record above has a note field. Copy that whole record line exactly as "
+                    "it appears above, and nothing else.")
+        answer = f"Record {needle + 1:0{width}d}"
     user = (
         f"Below is an inventory log with {n_records} records, one per line.\n\n"
         f"{document}\n\n"
-        "Exactly one record above has a note field. What is the audit codeword in that note? "
-        "Reply with the codeword only, on one line."
+        f"{question}"
     )
     messages = [
         {"role": "system",
@@ -377,3 +400,84 @@ def long_document_prompt(n_records: int, seed: int = 0) -> tuple[list[dict], str
         {"role": "user", "content": user},
     ]
     return messages, answer
+
+
+#: Counts the prompt tokens of a chat (a list of messages) as the server will see them.
+TokenCounter = Callable[[list[dict]], int]
+
+
+@dataclass(frozen=True)
+class SizedDocument:
+    """A long-document prompt sized in tokens: what was asked for and what was built."""
+
+    target_tokens: int  # the prompt length asked for
+    tokens: int  # the prompt length built (target's tokenizer and chat template), <= target_tokens
+    n_records: int  # records in the document
+    messages: list[dict]
+    answer: str  # what a correct reply contains (see long_document_prompt)
+
+
+def long_document_for_tokens(target_tokens: int, count_tokens: TokenCounter, seed: int = 0,
+                             task: str = "codeword") -> SizedDocument:
+    """The longest :func:`long_document_prompt` whose prompt is at most ``target_tokens`` tokens.
+
+    Why tokens and not records: a record costs about 28 tokens with one tokenizer and 45 with
+    another (those that split digits one by one), and a server refuses any prompt that does not
+    fit its context window. Counting with the target's own tokenizer and chat template
+    (:func:`chat_token_counter`) makes "a 2,000-token prompt" mean the same on every model.
+
+    Searches the record count by doubling then bisection, keeping the largest count whose prompt
+    was measured to fit (so the result fits even though token counts are not strictly monotone
+    in the record count); about 2·log2(records) calls to ``count_tokens``.
+    Raises ValueError when even a one-record document is longer than ``target_tokens``.
+    """
+    if isinstance(target_tokens, bool) or not isinstance(target_tokens, int) or target_tokens < 1:
+        raise ValueError(f"target_tokens must be a positive integer, got {target_tokens!r}")
+
+    def build(n: int) -> tuple[int, list[dict], str]:
+        messages, answer = long_document_prompt(n, seed=seed, task=task)
+        return int(count_tokens(messages)), messages, answer
+
+    best = build(1)
+    if best[0] > target_tokens:
+        raise ValueError(f"a {target_tokens}-token prompt is too short for a long document: one record with "
+                         f"the question and chat template already takes {best[0]} tokens; ask for more tokens")
+    lo, hi = 1, 2  # lo fits; find hi that does not
+    while True:
+        built = build(hi)
+        if built[0] > target_tokens:
+            break
+        lo, best = hi, built
+        hi *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        built = build(mid)
+        if built[0] <= target_tokens:
+            lo, best = mid, built
+        else:
+            hi = mid
+    tokens, messages, answer = best
+    return SizedDocument(target_tokens=target_tokens, tokens=tokens, n_records=lo, messages=messages,
+                         answer=answer)
+
+
+def chat_token_counter(model_dir: PathLike, chat_template_kwargs: dict | None = None) -> TokenCounter:
+    """A :data:`TokenCounter` with the model's own tokenizer and chat template.
+
+    Counts what vLLM's chat endpoint will prefill: the template applied with the generation
+    prompt (the "assistant" header) added, as the server does. ``chat_template_kwargs`` are passed
+    to the template (e.g. ``{"enable_thinking": False}`` for Qwen3), as the server would.
+    Needs ``transformers`` and the model's tokenizer files (``resolve_model`` provides them).
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    extra = dict(chat_template_kwargs or {})
+
+    def count(messages: list[dict]) -> int:
+        ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, **extra)
+        if hasattr(ids, "keys") and "input_ids" in ids:  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return len(ids)
+
+    return count

@@ -14,6 +14,10 @@ from typing import Any
 
 MIME_TYPE = "application/vnd.specdec.record+json"
 
+# Every value this process recorded, by name (later records win): what a notebook's
+# "What you should see" cell compares with the reference run (specdec_helpers.reference).
+_recorded: dict[str, Any] = {}
+
 
 def _plain(value: Any) -> Any:
     """numpy/pandas scalars and containers to JSON types; NaN to None."""
@@ -39,9 +43,20 @@ def record(name: str, value: Any) -> Any:
 
     plain = _plain(value)
     json.dumps(plain)  # fail here, in the notebook, if it cannot be saved
+    _recorded[name] = plain
     display({MIME_TYPE: {"name": name, "value": plain}, "text/plain": f"recorded {name} = {plain!r}"},
             raw=True)
     return value
+
+
+def recorded() -> dict[str, Any]:
+    """What this kernel has recorded so far (JSON-plain values), as a copy."""
+    return dict(_recorded)
+
+
+def clear_recorded() -> None:
+    """Forget this process's records (tests; a notebook re-run from the top records anew)."""
+    _recorded.clear()
 
 
 def read_records(notebook_path: str | Path) -> dict[str, Any]:

@@ -11,8 +11,16 @@ processes, once:
   ``VLLM_CPU_OMP_THREADS_BIND`` so they do not fight over one core;
 * GPU settings: two servers share one card through ``gpu_memory_utilization`` (the talk used 0.45
   each);
-* a free port on 127.0.0.1, a ``/health`` wait with a timeout, the server log in the run folder,
-  and an error that quotes the log's tail when the server fails to start;
+* a free port on 127.0.0.1, a ``/health`` wait with a timeout (the profile's
+  ``server_start_timeout_s``: a GPU's first start compiles and captures CUDA graphs, which can take
+  many minutes), the server log in the run folder, and an error that quotes the log's tail when
+  the server fails to start;
+* isolation from the caller's folder: the server runs with ``python -P`` and its log folder as its
+  working directory, so a notebook folder holding a file named like a library vLLM imports (a
+  ``click.py``, a ``test.py``) cannot shadow that library in the server;
+* request defaults: ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}`` for Qwen3) is
+  given to vLLM as ``--default-chat-template-kwargs``, so every chat request to the server gets it,
+  whichever client sends it;
 * stopping: at the end of a ``with`` block (also when a cell raises or on KeyboardInterrupt), at
   interpreter exit, and, through PR_SET_PDEATHSIG, when the Python process that started it dies.
 """
@@ -38,6 +46,8 @@ import requests
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
+#: vLLM 0.32 needs Python 3.11 or newer; ``-P`` (no script folder on sys.path) is 3.11+ as well.
+MIN_PYTHON = (3, 11)
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 _started_groups: list[int] = []  # process groups of every server this process ever started
 
@@ -64,6 +74,17 @@ class VLLMInstall:
     @property
     def platform(self) -> str:
         return "cpu" if self.distribution == "vllm-cpu" else "gpu"
+
+
+def check_python(version: tuple[int, ...] | None = None) -> None:
+    """Fail early, with what to do, on a Python older than vLLM 0.32 supports."""
+    found = tuple(version or sys.version_info[:3])
+    if found[:2] < MIN_PYTHON:
+        raise ServerError(
+            f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
+            f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` "
+            "and a Python 3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml."
+        )
 
 
 def vllm_install() -> VLLMInstall:
@@ -111,6 +132,10 @@ class VLLMServer:
     ``speculative_config`` is the dict vLLM receives as ``--speculative-config``, e.g.
     ``{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`` or
     ``{"method": "draft_model", "model": "/path/to/draft", "num_speculative_tokens": 4}``.
+
+    ``startup_timeout_s``: how long to wait for ``/health`` (the profiles' ``server_start_timeout_s``).
+    ``chat_template_kwargs``: defaults for every chat request's template, applied by the server
+    (``--default-chat-template-kwargs``); a request's own ``chat_template_kwargs`` still win.
     """
 
     model: str | os.PathLike
@@ -127,8 +152,10 @@ class VLLMServer:
     seed: int = 0
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        check_python()
         self.install = vllm_install()
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
@@ -170,9 +197,13 @@ class VLLMServer:
 
     # ------------------------------------------------------------------ command
     def command(self) -> list[str]:
-        """The exact command line; shown in notebooks so learners see what vLLM receives."""
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", str(self.model), "--served-model-name", self.name,
+        """The exact command line; shown in notebooks so learners see what vLLM receives.
+
+        ``-P`` keeps the working folder off the server's import path, and paths are absolute
+        because the server runs in its log folder (see :meth:`start`).
+        """
+        cmd = [sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server",
+               "--model", _absolute(self.model), "--served-model-name", self.name,
                "--host", HOST, "--port", str(self.port),
                "--max-model-len", str(self.max_model_len), "--dtype", self.dtype,
                "--seed", str(self.seed)]
@@ -181,13 +212,19 @@ class VLLMServer:
         else:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.speculative_config:
-            cmd += ["--speculative-config", json.dumps(self.speculative_config)]
+            config = dict(self.speculative_config)
+            if config.get("model"):
+                config["model"] = _absolute(config["model"])
+            cmd += ["--speculative-config", json.dumps(config)]
+        if self.chat_template_kwargs:
+            cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         env["TOKENIZERS_PARALLELISM"] = "false"
+        env["PYTHONSAFEPATH"] = "1"  # like -P, for every Python process the server spawns
         if self.install.platform == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kv_cache_gib)
             if self.cpu_threads_bind is not None:
@@ -210,9 +247,13 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_handle = open(self.log_path, "w")
         started = time.perf_counter()
+        # cwd: the log folder, a place of our own. With `python -m`, Python puts the working
+        # folder first on sys.path (-P stops that for the API server; the engine processes it
+        # spawns inherit the folder), so a notebook folder's click.py would shadow the library.
         self.process = subprocess.Popen(
             self.command(), stdout=self._log_handle, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=self.environment(), preexec_fn=_die_with_parent,
+            cwd=str(self.log_path.parent.resolve()),
         )
         try:
             _live_servers.add(self)
@@ -240,7 +281,10 @@ class VLLMServer:
                 pass
             time.sleep(0.5)
         raise ServerStartError(
-            f"vLLM server '{self.name}' did not become healthy within {self.startup_timeout_s:.0f} s.\n"
+            f"vLLM server '{self.name}' did not become healthy within {self.startup_timeout_s:.0f} s. "
+            "If the log below shows it was still loading or compiling (a GPU's first start can take "
+            "many minutes), raise server_start_timeout_s in the profile (params/<profile>.yaml, or "
+            "--set server_start_timeout_s=...), which notebooks pass as startup_timeout_s.\n"
             f"Last lines of {self.log_path}:\n{self.log_tail()}"
         )
 
@@ -286,6 +330,12 @@ class VLLMServer:
             self.stop()
         except Exception:
             pass
+
+
+def _absolute(path: str | os.PathLike) -> str:
+    """An absolute path for a local folder; anything else (a hub id) unchanged."""
+    candidate = Path(path).expanduser()
+    return os.path.abspath(candidate) if candidate.exists() else str(path)
 
 
 def surviving_processes() -> list[int]:

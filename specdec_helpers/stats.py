@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["median_iqr", "bootstrap_ci", "paired_speedup_ci", "summarize"]
+__all__ = ["median_iqr", "bootstrap_ci", "bootstrap_ratio_ci", "paired_speedup_ci", "summarize"]
 
 
 def _as_clean_array(values: Iterable[float], what: str = "values") -> np.ndarray:
@@ -82,6 +82,48 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, arr.size, size=(int(n_resamples), arr.size))
     boot = _apply_stat(stat, arr[idx])
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail])
+    return point, float(low), float(high)
+
+
+def bootstrap_ratio_ci(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> tuple[float, float, float]:
+    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``.
+
+    Why: vLLM's acceptance rate over many requests is pooled (all accepted tokens over all
+    proposed ones), so its interval must come from the same estimator: resample *requests*
+    (pairs kept together) and recompute the pooled ratio each time. A mean of per-request rates
+    would weigh a 3-draft answer like a 30-draft one and describe a different number. Resamples
+    whose denominator is 0 are dropped. Pairs with a NaN on either side are dropped; with fewer
+    than 2 pairs the interval is ``(nan, nan)``; a zero total denominator gives a NaN point.
+    """
+    num = np.asarray(numerators, dtype=float).ravel()
+    den = np.asarray(denominators, dtype=float).ravel()
+    if num.shape != den.shape:
+        raise ValueError(f"numerators and denominators must be paired (same length), got {num.size} and {den.size}")
+    if not (0.0 < float(confidence) < 1.0):
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+    keep = ~(np.isnan(num) | np.isnan(den))
+    num, den = num[keep], den[keep]
+    if np.any(den < 0) or np.any(num < 0):
+        raise ValueError("a pooled ratio needs non-negative counts")
+    total = den.sum()
+    point = float(num.sum() / total) if total > 0 else math.nan
+    if num.size < 2 or not total > 0:
+        return point, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, num.size, size=(int(n_resamples), num.size))
+    sums_den = den[idx].sum(axis=1)
+    ok = sums_den > 0
+    boot = num[idx].sum(axis=1)[ok] / sums_den[ok]
+    if boot.size == 0:
+        return point, math.nan, math.nan
     tail = (1.0 - float(confidence)) / 2.0
     low, high = np.quantile(boot, [tail, 1.0 - tail])
     return point, float(low), float(high)

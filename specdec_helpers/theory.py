@@ -1,31 +1,35 @@
 """The cost model of speculative decoding, with measured costs as inputs.
 
 Speculative decoding (Leviathan, Kalman & Matias 2023; Chen et al. 2023) lets a cheap draft
-model propose ``gamma`` tokens, then runs the target model once over them. The target keeps the
-longest prefix it agrees with and always adds one token of its own, so a target pass yields
-between 1 and ``gamma + 1`` tokens.
+model propose ``k`` tokens (the papers call it gamma), then runs the target model once over them.
+The target keeps the longest prefix it agrees with and always adds one token of its own, so a
+target pass yields between 1 and ``k + 1`` tokens.
 
-Symbols used throughout (the papers' names):
+Symbols used throughout (one notation across the series):
 
+``k``
+    draft tokens proposed per step (vLLM's ``num_speculative_tokens``; the papers' gamma).
+    ``k = 0`` means "do not speculate".
 ``alpha``
     per-token acceptance probability, assumed the same at every position and independent
     (the papers' simplification; real acceptance falls with position, see
     :func:`alpha_from_per_position`).
-``gamma``
-    draft tokens proposed per step. ``gamma = 0`` means "do not speculate".
+``E(alpha, k)``
+    expected tokens per target pass, ``(1 - alpha**(k+1)) / (1 - alpha)``
+    (:func:`expected_tokens_per_pass`; vLLM's *mean acceptance length*).
 ``c``
     cost of one draft forward step divided by the cost of one target decode step.
 ``v(k)``
-    cost of one target forward pass over ``k`` token positions, divided by the cost of one
-    target decode step (``k = 1``). See :class:`VerifyCost`.
+    cost of the target pass that checks ``k`` drafted tokens, divided by the cost of one
+    target decode step. That pass processes ``k + 1`` token positions (the ``k`` drafts plus
+    the position whose logits give the bonus/correction token), so ``v(0) = 1`` is a plain
+    decode step. A :class:`VerifyCost` is a measured curve indexed by *positions* (what a
+    benchmark that times "a forward over n tokens" measures): ``v(k) = VerifyCost(k + 1)``.
+``f`` (coverage)
+    share of decode steps that carried a draft. A draft model proposes at every step
+    (``f = 1``); n-gram prompt lookup proposes only when the recent text repeats earlier text.
 
-**Convention for v(k) — used everywhere in this module:** ``k`` is the number of token
-positions the verify pass actually processes, which is ``gamma + 1`` (the ``gamma`` draft
-tokens, plus the position whose logits give the bonus/correction token). So one speculative
-step costs ``gamma * c + v(gamma + 1)`` decode-steps. (design.md writes ``v(gamma)``; that is
-the same idea indexed by draft length. We index by positions because that is what a benchmark
-that times "a forward over k tokens" measures, and because it makes ``gamma = 0`` come out
-right: ``v(1) = 1``, speedup exactly 1.)
+One speculative step therefore costs ``k * c + v(k)`` decode steps and yields ``E`` tokens.
 
 The papers assume the verify pass costs one decode step (``v = 1``), which is close to true on
 a GPU at small batch, where decoding is memory-bound and extra positions are nearly free. On a
@@ -49,7 +53,7 @@ __all__ = [
     "VerifyCost",
     "predicted_speedup",
     "predicted_speedup_with_coverage",
-    "best_gamma",
+    "best_k",
     "speedup_table",
     "concurrency_speedup",
     "break_even_alpha",
@@ -73,15 +77,15 @@ def _check_alpha(alpha: float) -> float:
     return a
 
 
-def _check_gamma(gamma: int, minimum: int = 0, name: str = "gamma (draft tokens per step)") -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, np.integer)):
-        if isinstance(gamma, (float, np.floating)) and float(gamma).is_integer():
-            gamma = int(gamma)
+def _check_k(k: int, minimum: int = 0, name: str = "k (draft tokens per step)") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        if isinstance(k, (float, np.floating)) and float(k).is_integer():
+            k = int(k)
         else:
-            raise ValueError(f"{name} must be a whole number, got {gamma!r}")
-    g = int(gamma)
+            raise ValueError(f"{name} must be a whole number, got {k!r}")
+    g = int(k)
     if g < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {gamma!r}")
+        raise ValueError(f"{name} must be at least {minimum}, got {k!r}")
     return g
 
 
@@ -98,43 +102,43 @@ def _check_c(c: float) -> float:
 # ---------------------------------------------------------------------------------------------
 # tokens per target pass, and recovering alpha from what vLLM reports
 # ---------------------------------------------------------------------------------------------
-def expected_tokens_per_pass(alpha: float, gamma: int) -> float:
-    """Expected tokens produced per target forward pass: ``(1 - alpha**(gamma+1)) / (1 - alpha)``.
+def expected_tokens_per_pass(alpha: float, k: int) -> float:
+    """Expected tokens produced per target forward pass: ``(1 - alpha**(k+1)) / (1 - alpha)``.
 
     Why this form: the i-th draft token survives only if it and all before it are accepted
     (probability ``alpha**i``), and the target always contributes one token, so
-    ``E = 1 + alpha + ... + alpha**gamma``, a geometric sum. At ``alpha = 1`` the closed form is
-    0/0; the limit is ``gamma + 1`` (every draft accepted plus the bonus token), and near 1 we sum
+    ``E = 1 + alpha + ... + alpha**k``, a geometric sum. At ``alpha = 1`` the closed form is
+    0/0; the limit is ``k + 1`` (every draft accepted plus the bonus token), and near 1 we sum
     the series directly to avoid cancellation.
 
     This is the quantity vLLM calls *mean acceptance length* (``1 + accepted / drafts``).
     """
     a = _check_alpha(alpha)
-    g = _check_gamma(gamma)
+    g = _check_k(k)
     if a > 1.0 - 1e-6:
         # direct sum: exact at alpha=1 and free of cancellation just below it
         return float(sum(a**i for i in range(g + 1)))
     return (1.0 - a ** (g + 1)) / (1.0 - a)
 
 
-def alpha_from_mean_acceptance_length(mal: float, gamma: int) -> float:
+def alpha_from_mean_acceptance_length(mal: float, k: int) -> float:
     """Per-token ``alpha`` whose :func:`expected_tokens_per_pass` equals a measured mean
-    acceptance length ``mal`` at draft length ``gamma``.
+    acceptance length ``mal`` at draft length ``k``.
 
     Why: vLLM reports mean acceptance length (``1 + accepted / drafts``), but the cost model
-    and comparisons across different ``gamma`` need a per-token rate. ``E`` is strictly
-    increasing in ``alpha`` on [0, 1] (from 1 to ``gamma + 1``), so bisection finds the unique
-    root. Assumes every draft had ``gamma`` tokens (true for a draft model; n-gram drafts can be
+    and comparisons across different ``k`` need a per-token rate. ``E`` is strictly
+    increasing in ``alpha`` on [0, 1] (from 1 to ``k + 1``), so bisection finds the unique
+    root. Assumes every draft had ``k`` tokens (true for a draft model; n-gram drafts can be
     shorter, which makes this an underestimate).
     """
-    g = _check_gamma(gamma, minimum=1)
+    g = _check_k(k, minimum=1)
     try:
         m = float(mal)
     except (TypeError, ValueError):
         raise ValueError(f"mean acceptance length must be a number, got {mal!r}") from None
     if not (1.0 <= m <= g + 1):
         raise ValueError(
-            f"mean acceptance length must be between 1 and gamma+1 = {g + 1}, got {mal!r}"
+            f"mean acceptance length must be between 1 and k+1 = {g + 1}, got {mal!r}"
         )
     if m == 1.0:
         return 0.0
@@ -245,28 +249,30 @@ class _PiecewiseLinear:
         return float(max(ys[-1] + slope * (x - xs[-1]), np.min(ys)))
 
 
-class VerifyCost:
-    """Measured cost of one target forward pass over ``k`` positions, relative to a decode step.
 
-    Built from ``{k: ratio}`` where ``ratio = time(forward over k tokens) / time(decode step)``,
-    so ``k = 1`` is 1.0 by definition (added if missing; an empty mapping is an error, since it
+class VerifyCost:
+    """Measured cost of one target forward pass over ``n`` positions, relative to a decode step.
+
+    Built from ``{n: ratio}`` where ``ratio = time(forward over n tokens) / time(decode step)``,
+    so ``n = 1`` is 1.0 by definition (added if missing; an empty mapping is an error, since it
     is more likely a lost measurement than a claim that verifying is free: say
-    :meth:`VerifyCost.free` for that). Between measured ``k`` it interpolates
+    :meth:`VerifyCost.free` for that). Between measured ``n`` it interpolates
     linearly; beyond the largest it extrapolates the line through the last two points (never
     below the smallest measured ratio, so noise cannot produce a free or negative pass).
 
-    ``k`` counts positions processed, i.e. a speculative step with ``gamma`` drafts calls
-    ``v(gamma + 1)``. Example (design.md, SmolLM2-135M on one CPU core):
-    ``VerifyCost({1: 1.0, 2: 1.6, 4: 2.1, 8: 2.3})``.
+    ``n`` counts positions processed: the pass that checks ``k`` drafted tokens processes
+    ``n = k + 1`` positions, so the series' ``v(k)`` is ``VerifyCost(k + 1)``. Example
+    (SmolLM2-135M on one CPU core): ``VerifyCost({1: 1.0, 2: 1.6, 4: 2.1, 8: 2.3})``.
     """
 
     def __init__(self, ratios: Mapping[int, float]) -> None:
         points = dict(ratios)
         if not points:
-            raise ValueError("VerifyCost needs at least one measured {k: ratio}; use VerifyCost.free() for v(k) = 1")
+            raise ValueError("VerifyCost needs at least one measured {positions: ratio}; "
+                             "use VerifyCost.free() for v(k) = 1")
         if 1 not in points and 1.0 not in points:
             points[1] = 1.0
-        self._ratios = {int(k) if float(k).is_integer() else float(k): float(v) for k, v in points.items()}
+        self._ratios = {int(n) if float(n).is_integer() else float(n): float(v) for n, v in points.items()}
         self._curve = _PiecewiseLinear(self._ratios, "VerifyCost")
 
     @classmethod
@@ -280,21 +286,22 @@ class VerifyCost:
 
     @classmethod
     def from_times(cls, times: Mapping[int, float]) -> "VerifyCost":
-        """Build from raw seconds ``{k: time of a forward over k tokens}``; needs ``k = 1``."""
+        """Build from raw seconds ``{n: time of a forward over n tokens}``; needs ``n = 1``."""
         if 1 not in times:
-            raise ValueError("from_times needs the time of a plain decode step (k=1) to normalise by")
+            raise ValueError("from_times needs the time of a plain decode step (n=1 position) to normalise by")
         base = float(times[1])
         if not (base > 0):
-            raise ValueError(f"time at k=1 must be positive, got {times[1]!r}")
-        return cls({k: float(t) / base for k, t in times.items()})
+            raise ValueError(f"time at n=1 must be positive, got {times[1]!r}")
+        return cls({n: float(t) / base for n, t in times.items()})
 
     @property
     def ratios(self) -> dict:
-        """The measured points, ``{k: ratio}``, sorted by ``k``."""
+        """The measured points, ``{n: ratio}``, sorted by ``n`` (positions processed)."""
         return dict(sorted(self._ratios.items()))
 
-    def __call__(self, k: float) -> float:
-        return self._curve(k)
+    def __call__(self, n: float) -> float:
+        """Cost of a forward over ``n`` positions; ``v(k)`` is ``self(k + 1)``."""
+        return self._curve(n)
 
     def __repr__(self) -> str:
         return f"VerifyCost({self.ratios!r})"
@@ -304,13 +311,17 @@ VerifyLike = Union[VerifyCost, float, int, None]
 
 
 def _verify_cost(verify: VerifyLike, k: int) -> float:
-    """``v(k)`` for any accepted form of ``verify`` (None -> 1, a number -> that number)."""
+    """``v(k)``, the pass that checks ``k`` drafts, for any accepted form of ``verify``.
+
+    None -> 1 (the papers' free verification); a :class:`VerifyCost` or any callable is
+    called with the ``k + 1`` positions the pass processes; a number is used as is.
+    """
     if verify is None:
         return 1.0
     if isinstance(verify, VerifyCost):
-        return verify(k)
+        return verify(k + 1)
     if callable(verify):
-        return float(verify(k))
+        return float(verify(k + 1))
     v = float(verify)
     if not (v > 0 and math.isfinite(v)):
         raise ValueError(f"verify cost must be a positive number, got {verify!r}")
@@ -320,57 +331,75 @@ def _verify_cost(verify: VerifyLike, k: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # the speedup model
 # ---------------------------------------------------------------------------------------------
-def predicted_speedup(alpha: float, gamma: int, c: float, verify: VerifyLike = None) -> float:
-    """Predicted walltime speedup over plain decoding: ``E / (gamma * c + v(gamma + 1))``.
+def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None) -> float:
+    """Predicted decode speedup over plain decoding: ``E(alpha, k) / (k * c + v(k))``.
 
-    Why: one speculative step costs ``gamma`` draft steps (``gamma * c`` decode-steps) plus one
-    verify pass over ``gamma + 1`` positions (``v(gamma + 1)`` decode-steps) and yields ``E``
-    tokens on average, while plain decoding yields 1 token per decode step.
+    Why: one speculative step costs ``k`` draft steps (``k * c`` decode steps) plus one verify
+    pass that checks the ``k`` drafts (``v(k)`` decode steps) and yields ``E`` tokens on
+    average, while plain decoding yields 1 token per decode step. Every step carries a draft
+    here (coverage 1); :func:`predicted_speedup_with_coverage` is the general form.
 
-    ``verify``: a :class:`VerifyCost` (called with ``k = gamma + 1``), a number (the cost of the
-    verify pass at this ``gamma``, used as is), or None for the papers' ``v = 1``, which gives
-    Leviathan et al.'s ``E / (gamma * c + 1)``. ``gamma = 0`` gives exactly 1.0 (no
-    speculation) when ``verify`` is None or a VerifyCost.
+    ``verify``: a :class:`VerifyCost` (measured per position; called with ``k + 1``
+    positions), a number (``v(k)`` at this ``k``, used as is), or None for the papers'
+    ``v = 1``, which gives Leviathan et al.'s ``E / (k * c + 1)``. ``k = 0`` gives exactly 1.0
+    (no speculation) when ``verify`` is None or a VerifyCost.
     """
-    a = _check_alpha(alpha)
-    g = _check_gamma(gamma)
-    cf = _check_c(c)
-    e = expected_tokens_per_pass(a, g)
-    v = _verify_cost(verify, g + 1)
-    return e / (g * cf + v)
+    return predicted_speedup_with_coverage(alpha, k, c, verify, 1.0)
 
 
-def predicted_speedup_with_coverage(alpha: float, gamma: int, c: float, verify: VerifyLike = None,
-                                    coverage: float = 1.0) -> float:
-    """Like :func:`predicted_speedup`, when only a share ``coverage`` of decode steps gets a draft.
-
-    Prompt lookup (n-gram) proposes tokens only when the recent text matches earlier text; the
-    other steps are plain one-token decode steps at cost 1. Mixing the two kinds of step:
-    ``(f*E + (1-f)) / (f*(gamma*c + v(gamma+1)) + (1-f))`` with ``f = coverage``. A draft model
-    proposes at every step (``coverage = 1``), which gives back :func:`predicted_speedup`.
-    """
-    f = float(coverage)
-    if not 0.0 <= f <= 1.0:
+def _check_coverage(coverage: float) -> float:
+    try:
+        f = float(coverage)
+    except (TypeError, ValueError):
+        raise ValueError(f"coverage must be a number between 0 and 1, got {coverage!r}") from None
+    if not 0.0 <= f <= 1.0:  # also rejects NaN
         raise ValueError(f"coverage must be between 0 and 1 (a share of decode steps), got {coverage!r}")
-    a, g, cf = _check_alpha(alpha), _check_gamma(gamma), _check_c(c)
+    return f
+
+
+def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
+                                    coverage: float = 1.0) -> float:
+    """Predicted decode speedup when only a share ``f = coverage`` of decode steps carries a draft.
+
+    Coverage ``f`` is the share of decode steps that carried a draft (one definition across the
+    series; :func:`specdec_helpers.evaluate.draft_coverage` measures it from vLLM's counters).
+    Prompt lookup (n-gram) proposes tokens only when the recent text matches earlier text; the
+    other steps are plain one-token decode steps at cost 1. A draft model proposes at every step
+    (``f = 1``), which gives back :func:`predicted_speedup`. Averaged over decode steps::
+
+        time per decode step   = f * (k * c + v(k)) + (1 - f) * 1      (in plain decode steps)
+        tokens per decode step = f * E(alpha, k)    + (1 - f) * 1
+        speedup                = tokens per step / time per step
+
+    Example: alpha = 0.8, k = 4, c = 0, v = 1 (n-gram on a GPU at small batch) predicts 3.36x at
+    ``f = 1`` but ``(0.2 * 3.3616 + 0.8) / 1 = 1.47x`` when only 20% of steps find a match.
+    """
+    f = _check_coverage(coverage)
+    a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
     e = expected_tokens_per_pass(a, g)
-    step = g * cf + _verify_cost(verify, g + 1)
+    step = g * cf + _verify_cost(verify, g)
     return (f * e + (1.0 - f)) / (f * step + (1.0 - f))
 
 
-def best_gamma(alpha: float, c: float, verify: VerifyLike = None, max_gamma: int = 10) -> tuple[int, float]:
-    """The draft length in ``0..max_gamma`` with the highest :func:`predicted_speedup`.
+def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
+           coverage: float = 1.0) -> tuple[int, float]:
+    """The draft length in ``0..max_k`` with the highest predicted speedup at this coverage.
 
-    Returns ``(gamma, speedup)``; ``(0, 1.0)`` means "do not speculate" (nothing beats plain
-    decoding). Searched exhaustively: the range is small and the curve need not be unimodal
-    once ``v(k)`` is measured. Ties go to the smaller ``gamma`` (less work for the same gain).
+    Returns ``(k, speedup)`` from :func:`predicted_speedup_with_coverage`; ``(0, 1.0)`` means
+    "do not speculate" (nothing beats plain decoding). Coverage matters: with n-gram lookup
+    that drafts on few steps, a long ``k`` that looks good per drafted step buys little per
+    decode step, and the prediction must say so (a prediction of 2.2x next to a measured 1.0x
+    is what ignoring it gives). Searched exhaustively: the range is small and the curve need
+    not be unimodal once ``v(k)`` is measured. Ties go to the smaller ``k`` (less work for the
+    same gain).
     """
     _check_alpha(alpha)
     _check_c(c)
-    m = _check_gamma(max_gamma, name="max_gamma")
+    _check_coverage(coverage)
+    m = _check_k(max_k, name="max_k")
     best = (0, 1.0)
     for g in range(1, m + 1):
-        s = predicted_speedup(alpha, g, c, verify)
+        s = predicted_speedup_with_coverage(alpha, g, c, verify, coverage)
         if s > best[1] + 1e-12:
             best = (g, s)
     return best
@@ -378,41 +407,43 @@ def best_gamma(alpha: float, c: float, verify: VerifyLike = None, max_gamma: int
 
 def speedup_table(
     alphas: Iterable[float],
-    gammas: Iterable[int],
+    ks: Iterable[int],
     c: float | Iterable[float],
     verify: VerifyLike = None,
+    coverage: float = 1.0,
 ) -> pd.DataFrame:
-    """Tidy grid of the model: one row per (alpha, gamma, c).
+    """Tidy grid of the model: one row per (alpha, k, c).
 
-    Columns: ``alpha, gamma, c, E, verify_cost, predicted_speedup`` (``verify_cost`` is the
-    ``v(gamma + 1)`` used). Tidy so a notebook can plot it with seaborn (hue=gamma) or pivot it.
-    ``c`` may be one number or several.
+    Columns: ``alpha, k, c, E, verify_cost, predicted_speedup`` (``verify_cost`` is the
+    ``v(k)`` used). Tidy so a notebook can plot it with seaborn (hue="k") or pivot it.
+    ``c`` may be one number or several; ``coverage`` applies to every row.
     """
     cs = [c] if np.isscalar(c) else list(c)
     rows = []
     for cf in cs:
         for a in alphas:
-            for g in gammas:
-                g = _check_gamma(g)
+            for g in ks:
+                g = _check_k(g)
                 rows.append(
                     {
                         "alpha": float(a),
-                        "gamma": g,
+                        "k": g,
                         "c": float(cf),
                         "E": expected_tokens_per_pass(a, g),
-                        "verify_cost": _verify_cost(verify, g + 1),
-                        "predicted_speedup": predicted_speedup(a, g, cf, verify),
+                        "verify_cost": _verify_cost(verify, g),
+                        "predicted_speedup": predicted_speedup_with_coverage(a, g, cf, verify, coverage),
                     }
                 )
-    return pd.DataFrame(rows, columns=["alpha", "gamma", "c", "E", "verify_cost", "predicted_speedup"])
+    return pd.DataFrame(rows, columns=["alpha", "k", "c", "E", "verify_cost", "predicted_speedup"])
 
 
 def concurrency_speedup(
     alpha: float,
-    gamma: int,
+    k: int,
     c: float,
     step_time_at_batch: Mapping[int, float],
     batch: int,
+    coverage: float = 1.0,
 ) -> float:
     """Predicted speedup when ``batch`` sequences decode together: why speculation fades with load.
 
@@ -420,51 +451,68 @@ def concurrency_speedup(
     measured time (a plain decode step of ``b`` sequences processes ``b`` tokens); it is
     interpolated linearly and extrapolated from the last two points, like :class:`VerifyCost`.
 
-    Model: ``speedup(b) = E * t(b) / (gamma * c * t(b) + t(b * (gamma + 1)))``.
+    Model, with ``t`` the step time and ``f = coverage`` as in
+    :func:`predicted_speedup_with_coverage`::
+
+        time per step   = f * (k * c * t(b) + t(b * (k + 1))) + (1 - f) * t(b)
+        tokens per step = f * E(alpha, k) + (1 - f)            (per sequence)
+        speedup(b)      = tokens per step * t(b) / time per step
+
+    At ``f = 1``: ``E * t(b) / (k * c * t(b) + t(b * (k + 1)))``.
 
     Assumptions, kept deliberately simple:
     - plain decoding makes 1 token per sequence per step of time ``t(b)``;
     - the draft's step at batch ``b`` costs ``c * t(b)``: its cost grows with batch the way
       the target's does;
-    - verifying ``gamma + 1`` positions for each of ``b`` sequences costs one target forward
-      over ``b * (gamma + 1)`` tokens, i.e. what a decode step at that token batch costs
+    - verifying ``k + 1`` positions for each of ``b`` sequences costs one target forward
+      over ``b * (k + 1)`` tokens, i.e. what a decode step at that token batch costs
       (ignores differences in attention work and scheduling);
-    - every sequence has the same ``alpha``; rejected positions still cost compute.
+    - every sequence has the same ``alpha`` and the same coverage; rejected positions still
+      cost compute.
 
-    At small ``b`` the target is memory-bound, ``t(b*(gamma+1))`` is close to ``t(b)`` and
+    At small ``b`` the target is memory-bound, ``t(b*(k+1))`` is close to ``t(b)`` and
     speculation pays; once the batch already saturates compute, ``t`` grows linearly and the
-    extra ``gamma`` positions per sequence are paid in full. With ``batch = 1`` this equals
-    :func:`predicted_speedup` with ``v(k) = t(k) / t(1)``.
+    extra ``k`` positions per sequence are paid in full. With ``batch = 1`` this equals
+    :func:`predicted_speedup_with_coverage` with ``v(k) = t(k + 1) / t(1)``.
     """
     a = _check_alpha(alpha)
-    g = _check_gamma(gamma)
+    g = _check_k(k)
     cf = _check_c(c)
-    b = _check_gamma(batch, minimum=1, name="batch (concurrent sequences)")
+    f = _check_coverage(coverage)
+    b = _check_k(batch, minimum=1, name="batch (concurrent sequences)")
     t = _PiecewiseLinear(step_time_at_batch, "step_time_at_batch")
     e = expected_tokens_per_pass(a, g)
     tb = t(b)
-    return e * tb / (g * cf * tb + t(b * (g + 1)))
+    step = f * (g * cf * tb + t(b * (g + 1))) + (1.0 - f) * tb
+    return (f * e + (1.0 - f)) * tb / step
 
 
-def break_even_alpha(gamma: int, c: float, verify: VerifyLike = None) -> float:
-    """The per-token acceptance at which :func:`predicted_speedup` equals 1 (bisection).
+def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: float = 1.0) -> float:
+    """The per-token acceptance at which the predicted speedup equals 1 (bisection).
 
     Why: it turns the cost side (``c``, ``v``) into one number to compare with a measured
-    acceptance: below it, this ``gamma`` makes decoding slower. Speedup rises monotonically with
-    ``alpha``, so the root is unique. Returns 0.0 if speculation already breaks even at
-    ``alpha = 0`` (only when it costs nothing), and ``nan`` if it cannot break even even with
-    every draft accepted (costs too high for this ``gamma``).
+    acceptance: below it, this ``k`` makes decoding slower. Speedup rises monotonically with
+    ``alpha``, so the root is unique. Coverage does not move the break-even point (a step
+    without a draft costs and yields exactly 1) unless it is 0, where every alpha breaks even.
+    Returns 0.0 if speculation already breaks even at ``alpha = 0`` (only when it costs
+    nothing), and ``nan`` if it cannot break even even with every draft accepted (costs too
+    high for this ``k``).
     """
-    g = _check_gamma(gamma, minimum=1)
+    g = _check_k(k, minimum=1)
     cf = _check_c(c)
-    if predicted_speedup(0.0, g, cf, verify) >= 1.0:
+    f = _check_coverage(coverage)
+
+    def speedup(a: float) -> float:
+        return predicted_speedup_with_coverage(a, g, cf, verify, f)
+
+    if speedup(0.0) >= 1.0:
         return 0.0
-    if predicted_speedup(1.0, g, cf, verify) < 1.0:
+    if speedup(1.0) < 1.0:
         return float("nan")
     lo, hi = 0.0, 1.0
     for _ in range(_BISECT_MAX_ITER):
         mid = 0.5 * (lo + hi)
-        if predicted_speedup(mid, g, cf, verify) < 1.0:
+        if speedup(mid) < 1.0:
             lo = mid
         else:
             hi = mid

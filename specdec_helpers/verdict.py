@@ -47,11 +47,14 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
     reasons.append(
         f"Measured end-to-end speedup {gain:.2f}x (95% interval {best['speedup_ci_low']:.2f}-{best['speedup_ci_high']:.2f}); "
         + ("clearly above 1." if clear_gain else f"not clearly above 1 + {min_gain:.0%}."))
+    coverage = best.get("coverage", 1.0)
+    coverage_text = (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
+                     if coverage == coverage and coverage < 0.995 else "")
     reasons.append(
         f"Acceptance {best['acceptance_rate']:.0%} (mean {best['mean_acceptance_length']:.2f} tokens per target pass), "
-        f"draft cost c = {best['c']:.2f} of a target step, verifying {best['k'] + 1} positions costs "
-        f"{best['verify_cost_k_plus_1']:.2f} steps: the cost model predicts {best['predicted_decode_speedup']:.2f}x decode "
-        f"speed (measured {best['measured_decode_speedup']:.2f}x).")
+        f"draft cost c = {best['c']:.2f} of a target step, verifying k = {best['k']} drafted tokens costs "
+        f"{best['verify_cost_k_plus_1']:.2f} steps{coverage_text}: the cost model predicts "
+        f"{best['predicted_decode_speedup']:.2f}x decode speed (measured {best['measured_decode_speedup']:.2f}x).")
     busy_ok = predicted_at_concurrency > 1.0 + min_gain
     if busy_ok:
         busy_text = "."
@@ -66,8 +69,9 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
         fits = memory.get("fits", True)
         reasons.append(memory["text"])
     if best["best_k"] != best["k"]:
+        at_coverage = f" at the measured coverage of {coverage:.0%}" if coverage_text else ""
         reasons.append(f"The cost model's best num_speculative_tokens here is {best['best_k']} "
-                       f"(predicted {best['predicted_speedup_at_best_k']:.2f}x decode) rather than {best['k']}.")
+                       f"(predicted {best['predicted_speedup_at_best_k']:.2f}x decode{at_coverage}) rather than {best['k']}.")
     enable = bool(clear_gain and busy_ok and fits)
 
     questions = {}

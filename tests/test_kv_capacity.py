@@ -106,6 +106,8 @@ def test_relative_error():
 
 @pytest.mark.parametrize("name, hub_id", [
     ("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    ("qwen2.5-coder-1.5b-instruct", "Qwen/Qwen2.5-Coder-1.5B-Instruct"),  # cpu-coder's pair
+    ("qwen2.5-coder-0.5b-instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
     ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
     ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"),
     ("someone/not-in-the-catalog", None),

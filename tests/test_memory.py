@@ -39,6 +39,7 @@ def test_catalog_lists_every_shipped_config():
         "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B",
         "Qwen/Qwen3-32B",
         SMOL_135M, "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
     }
     assert expected <= set(m.known_models())
 
@@ -408,3 +409,94 @@ def test_bandwidth_bound_is_available_from_the_spec():
     spec = m.gpu_spec("RTX PRO 6000 Blackwell")
     steps = spec.bandwidth_gb_s * GB / m.weight_bytes(m.model_shape(LLAMA_8B))
     assert math.isclose(steps, 111.6, rel_tol=1e-2)
+
+
+# ---------------------------------------------------------------- the default CPU pair (Qwen2.5-Coder)
+
+QWEN_CODER_15B = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+
+
+def test_qwen2_coder_pair_shapes_and_parameter_counts():
+    # 1.5B: GQA with 2 KV heads of 128 (1536 / 12); q/k/v biases (qwen2); tied embeddings.
+    # embeddings 151,936 x 1,536 = 233,373,696
+    # per layer: q 1536x1536 + 1536, k and v 1536x256 + 256 each, o 1536x1536 = 5,507,584;
+    #   MLP 3 x 1536 x 8960 = 41,287,680; two norms 3,072 -> 46,798,336; x 28 = 1,310,353,408
+    # final norm 1,536 -> total 1,543,714,304 (Qwen's model card: 1.54B)
+    big = m.model_shape(QWEN_CODER_15B)
+    assert (big.layers, big.kv_heads, big.head_dim, big.tied_embeddings) == (28, 2, 128, True)
+    assert big.attention_bias and not big.o_proj_bias
+    assert big.parameter_count == 1_543_714_304
+    # 0.5B: head_dim 64 (896 / 14), 2 KV heads, 24 layers; 494,032,768 (model card: 0.49B)
+    small = m.model_shape(QWEN_CODER_05B)
+    assert (small.layers, small.kv_heads, small.head_dim, small.tied_embeddings) == (24, 2, 64, True)
+    assert small.parameter_count == 494_032_768
+
+
+def test_qwen2_coder_pair_kv_bytes_and_shared_pool():
+    # 2 x 28 x 2 x 128 x 2 bytes = 28,672 per token; 2 x 24 x 2 x 64 x 2 = 12,288
+    big, small = m.model_shape(QWEN_CODER_15B), m.model_shape(QWEN_CODER_05B)
+    assert m.kv_bytes_per_token(big, "bf16") == 28_672
+    assert m.kv_bytes_per_token(small, "bf16") == 12_288
+    # 2 GiB = 2,147,483,648 bytes; blocks of 16 tokens:
+    # alone: floor(2,147,483,648 / (16 x 28,672)) = 4,681 blocks = 74,896 tokens
+    # shared: floor(2,147,483,648 / (16 x 40,960)) = 3,276 blocks = 52,416 tokens (70% of alone)
+    assert m.kv_tokens_for_space(big, 2 * GIB, kv_dtype="bf16") == 74_896
+    assert m.kv_tokens_for_space([big, small], 2 * GIB, kv_dtype="bf16") == 52_416
+
+
+# ---------------------------------------------------------------- the longest context that fits
+
+
+def test_max_context_len_matches_the_plan():
+    # The numbers: an 8B target drafting for itself at 0.45 of an 80 GB card leaves
+    # about 4,800 (Llama) or 2,400 (Qwen3) KV tokens, far below a 32K max_model_len.
+    assert m.max_context_len(LLAMA_8B, LLAMA_8B, gpu="H100", gpu_memory_utilization=0.45) == 4_848
+    assert m.max_context_len("Qwen/Qwen3-8B", "Qwen/Qwen3-8B", gpu="H100", gpu_memory_utilization=0.45) == 2_400
+    # It is the kv_tokens of the plan, so one sequence of exactly that length fits and one block more does not.
+    fits = m.max_context_len(LLAMA_8B, LLAMA_1B, gpu="H100", gpu_memory_utilization=0.45)
+    assert m.plan_budget(LLAMA_8B, LLAMA_1B, gpu="H100", gpu_memory_utilization=0.45,
+                         context_len=fits).max_concurrent_seqs == 1
+    with pytest.raises(m.ContextTooLongError) as err:
+        m.plan_budget(LLAMA_8B, LLAMA_1B, gpu="H100", gpu_memory_utilization=0.45, context_len=fits + 16)
+    assert err.value.max_context_len == fits and f"at most {fits:,}" in str(err.value)
+
+
+def test_max_context_len_when_weights_do_not_fit():
+    # Two copies of the 8B (32.1 GB) on a 48 GB card at 0.45 (21.6 GB): the weights do not fit.
+    with pytest.raises(BudgetError, match="weights need"):
+        m.max_context_len(LLAMA_8B, LLAMA_8B, gpu="L40S", gpu_memory_utilization=0.45)
+    # Weights fit but not one KV block: 0. One 16-token block of the 8B's KV is 16 x 131,072 bytes
+    # = 2.1 MB; leave 1 MB of pool (reserve given as a number) and 3 MB.
+    card = GPUSpec("round card", memory_gb=20, bandwidth_gb_s=1)
+    weights_gb = m.weight_bytes(m.model_shape(LLAMA_8B), "bf16") / GB  # 16.06 GB
+    usable = 20 * 0.9
+    assert m.max_context_len(LLAMA_8B, gpu=card, overhead_gb=usable - weights_gb - 0.001) == 0
+    assert m.max_context_len(LLAMA_8B, gpu=card, overhead_gb=usable - weights_gb - 0.003) == 16
+
+
+# ---------------------------------------------------------------- GPUs as drivers name them
+
+
+@pytest.mark.parametrize("detected, expected", [
+    ("NVIDIA H100 80GB HBM3, 81559 MiB", "H100"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", None),  # 94 GB, another bandwidth: not the table's H100
+    ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+    ("NVIDIA A100-SXM4-40GB", None),
+    ("NVIDIA H200", "H200"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40", None),
+    ("NVIDIA A10G", "A10G"),
+    ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 97887 MiB", "RTX PRO 6000 Blackwell"),
+    ("NVIDIA B200", "B200"),
+    ("H100", "H100"),
+    ("Tesla T4", None),
+    (None, None),
+    ("", None),
+])
+def test_match_gpu_reads_driver_names(detected, expected):
+    spec = m.match_gpu(detected)
+    assert (spec.name if spec else None) == expected

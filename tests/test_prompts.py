@@ -16,6 +16,7 @@ from specdec_helpers.prompts import (
     available_prompt_sets,
     load_prompt_sets,
     load_prompts,
+    long_document_for_tokens,
     long_document_prompt,
     prompts_frame,
     select,
@@ -294,3 +295,50 @@ def test_long_document_grows_with_records():
 def test_long_document_rejects_bad_size():
     with pytest.raises(ValueError):
         long_document_prompt(0)
+
+
+def test_long_document_quote_task_asks_to_copy_the_record():
+    messages, label = long_document_prompt(50, seed=2, task="quote")
+    user = messages[-1]["content"]
+    assert "Copy that whole record line" in user
+    needle = [line for line in user.splitlines() if "note=" in line]
+    assert len(needle) == 1 and needle[0].startswith(label + ":")
+    # the same document as the codeword task: only the question differs
+    codeword_user = long_document_prompt(50, seed=2)[0][-1]["content"]
+    assert user.split("\n\n")[1] == codeword_user.split("\n\n")[1]
+    with pytest.raises(ValueError, match="task must be one of"):
+        long_document_prompt(5, task="summary")
+
+
+def _chars_over_4(messages):
+    """A stand-in tokenizer (about 4 characters per token): the sizing logic, without a model."""
+    return sum(len(m["content"]) for m in messages) // 4 + 10
+
+
+@pytest.mark.parametrize("target", [200, 777, 2048, 30000])
+def test_long_document_for_tokens_is_the_longest_that_fits(target):
+    doc = long_document_for_tokens(target, _chars_over_4, seed=1)
+    assert doc.tokens == _chars_over_4(doc.messages) <= target
+    assert doc.target_tokens == target
+    records = [line for line in doc.messages[-1]["content"].splitlines() if line.startswith("Record ")]
+    assert len(records) == doc.n_records
+    # one more record no longer fits (the search found the boundary, not just any size that fits)
+    assert _chars_over_4(long_document_prompt(doc.n_records + 1, seed=1)[0]) > target
+    assert doc.tokens > 0.9 * target
+
+
+def test_long_document_for_tokens_counts_with_the_given_tokenizer():
+    # a tokenizer with twice the tokens per character gets about half the records
+    coarse = long_document_for_tokens(4000, _chars_over_4)
+    fine = long_document_for_tokens(4000, lambda m: 2 * _chars_over_4(m))
+    assert fine.n_records < 0.6 * coarse.n_records
+    assert fine.tokens <= 4000 and coarse.tokens <= 4000
+
+
+def test_long_document_for_tokens_passes_task_and_rejects_too_small():
+    doc = long_document_for_tokens(500, _chars_over_4, seed=3, task="quote")
+    assert doc.answer.startswith("Record ") and "Copy that whole record line" in doc.messages[-1]["content"]
+    with pytest.raises(ValueError, match="too short for a long document"):
+        long_document_for_tokens(20, _chars_over_4)
+    with pytest.raises(ValueError, match="positive integer"):
+        long_document_for_tokens(0, _chars_over_4)

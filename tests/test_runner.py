@@ -83,3 +83,36 @@ def test_overrides_are_yaml_and_existing_paths_become_absolute(tmp_path, monkeyp
         "max_tokens": 64, "temperatures": [0.0, 0.7], "prompts_file": str(prompts)}
     with pytest.raises(SystemExit, match="NAME=VALUE"):
         runner.parse_overrides(["oops"])
+
+
+def test_smoke_overrides_fit_each_profile_kind():
+    tiny = load_profile("cpu-tiny", smoke=True)
+    assert tiny["max_tokens"] == 24 and tiny["prompt_lengths"] == [32, 256, 1024]
+    assert tiny["draft_candidates"] == ["ngram", "smollm2-draft-2l"]
+    for gpu in ("gpu-llama", "gpu-qwen3"):
+        full, smoke = load_profile(gpu), load_profile(gpu, smoke=True)
+        # a GPU profile keeps drafts that share its target's tokenizer, and its own models
+        assert smoke["draft_candidates"] == full["draft_candidates"]
+        assert smoke["target_model"] == full["target_model"] and smoke["draft_model"] == full["draft_model"]
+        assert smoke["max_tokens"] == 24 and smoke["repeats"] == 1
+        assert smoke["prompt_lengths"] != tiny["prompt_lengths"]
+        assert max(smoke["prompt_lengths"]) < full["max_model_len"]
+        assert smoke["server_start_timeout_s"] == 1200
+    assert load_profile("gpu-qwen3")["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_smoke_sections_apply_in_order_and_bad_sections_are_named(tmp_path, monkeypatch):
+    from specdec_helpers import profiles
+
+    (tmp_path / "gpu-x.yaml").write_text("a: 1\nb: 1\nc: 1\nd: 1\n")
+    (tmp_path / "cpu-x.yaml").write_text("a: 1\nb: 1\nc: 1\nd: 1\n")
+    (tmp_path / "smoke.yaml").write_text(
+        "all: {b: 2, c: 2, d: 2}\ngpu: {c: 3, d: 3}\nprofiles: {gpu-x: {d: 4}}\n")
+    monkeypatch.setattr(profiles, "PARAMS_DIR", tmp_path)
+    assert profiles.load_profile("gpu-x", smoke=True) == {"a": 1, "b": 2, "c": 3, "d": 4}
+    assert profiles.load_profile("cpu-x", smoke=True) == {"a": 1, "b": 2, "c": 2, "d": 2}
+    assert profiles.load_profile("cpu-x") == {"a": 1, "b": 1, "c": 1, "d": 1}
+    assert profiles.known_profiles() == ["cpu-x", "gpu-x"]
+    (tmp_path / "smoke.yaml").write_text("max_tokens: 3\n")
+    with pytest.raises(ProfileError, match="unknown section.*max_tokens"):
+        profiles.load_profile("cpu-x", smoke=True)

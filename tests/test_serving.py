@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import time
 
 import pytest
 
 from conftest import our_children
-from specdec_helpers.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer)
+from specdec_helpers.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer,
+                                     check_python)
 
 
 def test_missing_model_directory_fails_before_starting_anything(tmp_path):
@@ -66,3 +69,40 @@ def test_with_block_stops_server_even_when_the_body_raises(target_dir, tmp_path)
     assert not server.running
     assert len(our_children()) == before
     assert "Application startup complete" in server.log_path.read_text()
+
+
+def test_command_isolates_the_server_and_carries_request_defaults(target_dir, tmp_path, monkeypatch):
+    # relative paths must survive the server's own working folder (its log folder)
+    monkeypatch.chdir(target_dir.parent)
+    spec = {"method": "draft_model", "model": target_dir.name, "num_speculative_tokens": 2}
+    server = VLLMServer(target_dir.name, log_dir=tmp_path, speculative_config=spec,
+                        chat_template_kwargs={"enable_thinking": False})
+    cmd = server.command()
+    assert cmd[1:4] == ["-P", "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--model") + 1] == os.path.abspath(target_dir)
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1])["model"] == os.path.abspath(target_dir)
+    assert json.loads(cmd[cmd.index("--default-chat-template-kwargs") + 1]) == {"enable_thinking": False}
+    assert server.environment()["PYTHONSAFEPATH"] == "1"
+    assert "--default-chat-template-kwargs" not in VLLMServer(target_dir, log_dir=tmp_path).command()
+
+
+def test_old_python_is_refused_with_the_requirement():
+    with pytest.raises(ServerError, match=r"Python >= 3\.11.*3\.10\.12"):
+        check_python((3, 10, 12))
+    check_python((3, 11, 0))
+
+
+def test_server_ignores_modules_in_the_working_folder(target_dir, tmp_path, monkeypatch):
+    """A notebook folder with a click.py (uvicorn imports click) must not break the server."""
+    work = tmp_path / "notebook-folder"
+    work.mkdir()
+    (work / "click.py").write_text('raise ImportError("the click.py of the working folder was imported")\n')
+    monkeypatch.chdir(work)
+    before = len(our_children())
+    with VLLMServer(target_dir, name="isolated", log_dir=tmp_path / "logs", max_model_len=512,
+                    chat_template_kwargs={"enable_thinking": False}) as server:
+        reply = server.client().chat.completions.create(
+            model=server.served_model_name, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+        assert reply.usage.completion_tokens >= 1
+    assert "working folder was imported" not in server.log_path.read_text()
+    assert len(our_children()) == before

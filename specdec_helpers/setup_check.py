@@ -1,0 +1,286 @@
+"""Plumbing for notebook 00 (setup check): size its servers from the memory plan, and explain a
+greedy answer that is not token-identical to the baseline's.
+
+Why a module: the setup check starts the target as its *own* draft, a machinery check in which
+every proposal should be accepted. That doubles the target's weights and its KV bytes per token,
+which a CPU's RAM absorbs easily but a GPU at ``gpu_memory_utilization=0.45`` may not (an 8B
+target drafting for itself on an 80 GB card leaves room for only a few thousand KV tokens, and
+vLLM refuses to start when ``max_model_len`` is longer than its KV cache). So the check asks for
+no more context than its requests need, checks that against :mod:`specdec_helpers.memory`, and
+falls back to the profile's real draft when the self-draft does not fit.
+
+Greedy (temperature 0) speculative output is the target's own output, *in exact arithmetic*. In
+bf16 it can differ: a verify pass scores k+1 positions in one batched matrix multiply while plain
+decoding scores one position at a time, the sums are rounded in a different order, and where the
+target's two best tokens are nearly tied the rounding can pick the other one. From there the two
+answers go separate ways. :func:`explain_divergence` finds the first differing token and reads the
+baseline's log-probabilities of both candidates there: a small gap is such a tie; a large one
+would be a bug.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import memory
+
+__all__ = [
+    "SELF_DRAFT_SAFETY",
+    "NEAR_TIE_LOGIT_GAP",
+    "ServerSizing",
+    "setup_context_len",
+    "size_setup_servers",
+    "GreedyAnswer",
+    "Divergence",
+    "greedy_answer",
+    "first_char_difference",
+    "explain_divergence",
+]
+
+#: The memory plan's activation reserve is an estimate; the self-draft is used on a GPU only when
+#: its context needs at most this share of the largest context the plan says fits.
+SELF_DRAFT_SAFETY = 0.75
+
+#: A split between two greedy answers is called a near tie when the baseline's logits of the two
+#: candidate tokens differ by at most this much (e^1: one candidate at most 2.7 times as likely as
+#: the other). Rounding differences between a batched verify pass and one-token decoding move
+#: logits by far less than a whole unit, so a split at a larger gap needs another explanation.
+NEAR_TIE_LOGIT_GAP = 1.0
+
+
+# --------------------------------------------------------------------------------------
+# Sizing the setup check's servers
+# --------------------------------------------------------------------------------------
+
+
+def setup_context_len(needed_tokens: int, max_model_len: int, floor: int = 2048, step: int = 1024) -> int:
+    """The ``max_model_len`` the setup check's servers ask for: what its longest request needs
+    (prompt + answer), rounded up to ``step`` and at least ``floor``, never above the profile's
+    ``max_model_len``. A short context keeps a self-drafting server inside its KV cache.
+
+    >>> setup_context_len(420, 32768)
+    2048
+    >>> setup_context_len(2100, 32768)
+    3072
+    >>> setup_context_len(420, 1024)
+    1024
+    """
+    if needed_tokens < 1 or max_model_len < 1:
+        raise ValueError("needed_tokens and max_model_len must be positive token counts")
+    wanted = max(floor, math.ceil(needed_tokens / step) * step)
+    return min(max_model_len, wanted)
+
+
+@dataclass(frozen=True)
+class ServerSizing:
+    """What the setup check's speculative server runs with, and why.
+
+    ``draft`` is the model the draft server loads (the target itself, or the profile's draft);
+    ``fits_tokens`` the largest context the plan allows for that pairing (KV tokens of the CPU's
+    KV space, or :func:`memory.max_context_len` on a GPU); ``reason`` one sentence for the reader.
+    """
+
+    draft: str
+    self_draft: bool
+    max_model_len: int
+    fits_tokens: int
+    reason: str
+    plans: dict[str, Any] = field(default_factory=dict)
+
+
+def size_setup_servers(
+    *,
+    platform: str,
+    target: Any,
+    target_key: str,
+    profile_draft: Any | None,
+    profile_draft_key: str | None,
+    needed_tokens: int,
+    max_model_len: int,
+    gpu: Any = None,
+    gpu_memory_utilization: float = 0.45,
+    cpu_kv_cache_gib: float = 1,
+    kv_dtype: str = "bf16",
+    safety: float = SELF_DRAFT_SAFETY,
+) -> ServerSizing:
+    """Choose the draft and the context of the setup check's draft-model server.
+
+    ``target`` and ``profile_draft`` are anything :func:`memory.model_shape` accepts (a catalog
+    name or a model directory); ``*_key`` are the profile's names, returned in ``draft``.
+
+    * CPU: vLLM gets exactly ``cpu_kv_cache_gib`` of KV space (weights live in RAM, which the
+      preflight checks), so the self-draft is used when that space holds one sequence.
+    * GPU (``gpu`` a catalog name or :class:`memory.GPUSpec`): the self-draft is used when the
+      setup context is at most ``safety`` x the largest context the plan allows; otherwise the
+      profile's real draft, if that fits; otherwise :class:`memory.BudgetError` says what to change.
+    """
+    context = setup_context_len(needed_tokens, max_model_len)
+    if platform == "cpu":
+        fits = memory.kv_tokens_for_space([target, target], cpu_kv_cache_gib * memory.GIB, kv_dtype=kv_dtype)
+        if fits >= context:
+            return ServerSizing(target_key, True, context, fits,
+                                f"{cpu_kv_cache_gib:g} GiB of CPU KV cache holds {fits:,} tokens of target + "
+                                f"self-draft, enough for one {context:,}-token sequence",
+                                {"self_draft_fits_tokens": fits})
+        raise memory.ContextTooLongError(
+            f"cpu_kv_cache_gib={cpu_kv_cache_gib:g} holds {fits:,} tokens of the target drafting for "
+            f"itself, less than one sequence of {context:,} tokens (the setup check's longest request "
+            f"needs {needed_tokens:,}); raise cpu_kv_cache_gib", max_context_len=fits)
+
+    spec = memory.gpu_spec(gpu)
+    plan = dict(gpu=spec, gpu_memory_utilization=gpu_memory_utilization, kv_dtype=kv_dtype)
+    plans: dict[str, Any] = {"gpu": spec.name}
+    try:
+        self_fits = memory.max_context_len(target, target, **plan)
+    except memory.BudgetError as exc:
+        self_fits, plans["self_draft_error"] = 0, str(exc)
+    plans["self_draft_fits_tokens"] = self_fits
+    if context <= safety * self_fits:
+        return ServerSizing(target_key, True, context, self_fits,
+                            f"the plan for {spec.name} at {gpu_memory_utilization:g} leaves {self_fits:,} KV "
+                            f"tokens for target + self-draft; the check needs {context:,}", plans)
+    if profile_draft is None or profile_draft_key is None:
+        raise memory.BudgetError(
+            f"the target drafting for itself does not fit {spec.name} at gpu_memory_utilization="
+            f"{gpu_memory_utilization:g} (room for {self_fits:,} KV tokens, the check needs {context:,} "
+            f"with a {safety:.0%} margin) and the profile names no draft_model; raise "
+            f"gpu_memory_utilization or set draft_model")
+    try:
+        draft_fits = memory.max_context_len(target, profile_draft, **plan)
+    except memory.BudgetError as exc:
+        raise memory.BudgetError(
+            f"neither the target drafting for itself nor the profile's draft {profile_draft_key} fits "
+            f"{spec.name} at gpu_memory_utilization={gpu_memory_utilization:g}: {exc}") from exc
+    plans["profile_draft_fits_tokens"] = draft_fits
+    if context > draft_fits:
+        raise memory.ContextTooLongError(
+            f"even with the profile's draft {profile_draft_key}, {spec.name} at gpu_memory_utilization="
+            f"{gpu_memory_utilization:g} leaves room for {draft_fits:,} KV tokens, less than the "
+            f"{context:,} the setup check needs; raise gpu_memory_utilization", max_context_len=draft_fits)
+    why = (f"the target drafting for itself would leave {self_fits:,} KV tokens on {spec.name} at "
+           f"{gpu_memory_utilization:g}, too few for {context:,} with a margin; the profile's draft "
+           f"leaves {draft_fits:,}")
+    return ServerSizing(profile_draft_key, False, context, draft_fits, why, plans)
+
+
+# --------------------------------------------------------------------------------------
+# Greedy answers and where they part
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class GreedyAnswer:
+    """A temperature-0 answer with, per generated token, its text, its log-probability and the
+    log-probabilities of the ``top_logprobs`` best candidates at that position."""
+
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    top: list[dict[str, float]]
+
+    @property
+    def tokens_cover_text(self) -> bool:
+        """True when the token strings add up to the text (byte-fallback pieces may not)."""
+        return "".join(self.tokens) == self.text
+
+
+def greedy_answer(server, messages: Sequence[dict], max_tokens: int, top_logprobs: int = 5,
+                  extra_body: dict | None = None) -> GreedyAnswer:
+    """One non-streamed temperature-0 chat completion with log-probabilities (vLLM's raw
+    log-probabilities, so a difference of two is a difference of logits)."""
+    response = server.client().chat.completions.create(
+        model=server.served_model_name, messages=list(messages), max_tokens=max_tokens,
+        temperature=0.0, logprobs=True, top_logprobs=top_logprobs, extra_body=extra_body or {},
+    )
+    choice = response.choices[0]
+    content = (choice.logprobs.content if choice.logprobs else None) or []
+    return GreedyAnswer(
+        text=choice.message.content or "",
+        tokens=[c.token for c in content],
+        logprobs=[float(c.logprob) for c in content],
+        top=[{t.token: float(t.logprob) for t in (c.top_logprobs or [])} for c in content],
+    )
+
+
+def first_char_difference(a: str, b: str) -> int | None:
+    """Index of the first character where ``a`` and ``b`` differ (the shorter length when one is a
+    prefix of the other), or None when they are equal.
+
+    >>> first_char_difference("abc", "abd"), first_char_difference("ab", "abc"), first_char_difference("x", "x")
+    (2, 2, None)
+    """
+    if a == b:
+        return None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where another server's greedy answer leaves the baseline's, read from the baseline's
+    log-probabilities. ``logit_gap`` = log p(baseline token) - log p(other token), which equals
+    the difference of their logits; when the other token is not among the baseline's top
+    candidates, ``logit_gap`` is a lower bound (``gap_is_lower_bound``)."""
+
+    char_offset: int
+    position: int | None
+    baseline_token: str | None
+    other_token: str | None
+    baseline_prob: float | None
+    other_prob: float | None
+    logit_gap: float | None
+    gap_is_lower_bound: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "char_offset": self.char_offset, "position": self.position,
+            "baseline_token": self.baseline_token, "other_token": self.other_token,
+            "baseline_prob": self.baseline_prob, "other_prob": self.other_prob,
+            "logit_gap": self.logit_gap, "gap_is_lower_bound": self.gap_is_lower_bound,
+        }
+
+
+def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | None:
+    """None when ``other_text`` equals the baseline's text; otherwise the first differing token.
+
+    The other answer is text only (speculative servers need not return log-probabilities), so its
+    token at the split is recovered as the longest of the baseline's top candidates there that
+    the other text continues with; when none matches (a rarer token, or the other answer ended
+    there), ``other_token`` is the other text's next characters and the gap a lower bound.
+    """
+    offset = first_char_difference(baseline.text, other_text)
+    if offset is None:
+        return None
+    if not baseline.tokens or not baseline.tokens_cover_text:
+        return Divergence(offset, None, None, other_text[offset:offset + 8] or None, None, None, None)
+    start = 0
+    for position, token in enumerate(baseline.tokens):
+        if start + len(token) > offset:
+            break
+        start += len(token)
+    else:  # the baseline ended where the other answer goes on
+        return Divergence(offset, len(baseline.tokens), None, other_text[offset:offset + 8], None, None, None)
+    # The split is at the token holding the first differing character, or at the one before it
+    # when the other answer took a longer token there (" then" where the baseline had " the").
+    starts = [start]
+    if position > 0:
+        starts.append(start - len(baseline.tokens[position - 1]))
+    for pos, tok_start in zip((position, position - 1), starts):
+        chosen, chosen_lp = baseline.tokens[pos], baseline.logprobs[pos]
+        rest = other_text[tok_start:]
+        candidates = [t for t in baseline.top[pos] if t and t != chosen and rest.startswith(t)
+                      and (pos == position or len(t) > len(chosen))]
+        if candidates:
+            other = max(candidates, key=len)
+            other_lp = baseline.top[pos][other]
+            return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp),
+                              chosen_lp - other_lp)
+    chosen, chosen_lp = baseline.tokens[position], baseline.logprobs[position]
+    rest = other_text[start:]
+    floor = min(baseline.top[position].values()) if baseline.top[position] else None
+    return Divergence(offset, position, chosen, rest[:8] or "(end of answer)", math.exp(chosen_lp), None,
+                      None if floor is None else chosen_lp - floor, gap_is_lower_bound=floor is not None)
