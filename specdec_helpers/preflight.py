@@ -783,22 +783,9 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
 # ---------------------------------------------------------------------------------------------
 # a whole profile: what every notebook will send
 # ---------------------------------------------------------------------------------------------
-def _context_records_largest(tokenizer, chat_template_kwargs: dict | None) -> Callable[[int], str]:
-    from .prompts import long_document_prompt
-
-    def largest(room: int) -> str:
-        def fits(n: int) -> bool:
-            return count_tokens(tokenizer, long_document_prompt(n)[0], chat_template_kwargs) <= room
-
-        n = _largest_fit(fits, 1, 100_000)
-        return f"the largest that fits is {n:,} records" if n else "not even one record fits"
-
-    return largest
-
-
 def profile_requests(params: dict[str, Any], tokenizer=None) -> list[_Request]:
     """The requests the series' notebooks send for one profile's parameters."""
-    from .prompts import load_prompt_sets, load_prompts, long_document_prompt, select
+    from .prompts import load_prompt_sets, load_prompts, select
 
     kwargs = params.get("chat_template_kwargs") or None
     max_tokens = int(params.get("max_tokens", 0))
@@ -814,18 +801,11 @@ def profile_requests(params: dict[str, Any], tokenizer=None) -> list[_Request]:
                                  parameter="", largest=None))
     answer = int(params.get("context_answer_tokens", max_tokens or 32))
     # notebook 06's long documents: sized in target tokens (prompts.long_document_for_tokens builds
-    # each at most that long), or, in older parameter files, in records
+    # each at most that long)
     for length in params.get("context_lengths") or []:
         requests.append(_Request(f"{length:,}-token long document", [0] * int(length), answer,
                                  group="long documents (context_lengths)", parameter="context_lengths",
                                  largest=lambda room: f"the largest length that fits is {room:,} tokens"))
-    largest_records = _context_records_largest(tokenizer, kwargs) if tokenizer is not None else None
-    for n in params.get("context_records") or []:
-        for seed in range(max(1, int(params.get("repeats", 1)))):
-            messages, _ = long_document_prompt(int(n), seed=seed)
-            requests.append(_Request(f"long document, {n} records (seed {seed})", messages, answer,
-                                     group="long documents (context_records)", parameter="context_records",
-                                     largest=largest_records))
     for length in params.get("prompt_lengths", []):
         requests.append(_Request(f"{length}-token prefill prompt", [0] * int(length), 1,
                                  group="prefill (prompt_lengths)", parameter="prompt_lengths",

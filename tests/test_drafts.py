@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_helpers import distill, drafts
+from specdec_helpers import distill, drafts, wheel_models
 from specdec_helpers import models as models_mod
 from specdec_helpers.measure import measure_request, stream_chat
 from specdec_helpers.metrics import SpecCounters
@@ -78,8 +78,8 @@ def test_training_mix_is_seeded_and_disjoint_from_the_evaluation_sets():
 @pytest.fixture
 def isolated_models(tmp_path, monkeypatch, target_dir):
     """Drafts assembled into a temporary models folder, the real target reused."""
-    monkeypatch.setattr(models_mod, "models_dir", lambda: tmp_path / "models")
-    monkeypatch.setattr(models_mod, "resolve_model", lambda name: target_dir)
+    monkeypatch.setattr(drafts, "models_dir", lambda: tmp_path / "models")
+    monkeypatch.setattr(wheel_models, "provision", lambda spec: target_dir)
     return tmp_path / "models"
 
 

@@ -5,6 +5,7 @@ running without error is not enough."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -256,25 +257,35 @@ NOTEBOOKS = find_notebooks()
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path):
+def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path, monkeypatch):
     assert notebook.stem in EXPECTATIONS, f"add expectations for {notebook.stem} to EXPECTATIONS"
-    started = time.time()
+    # The kernel, and every server it starts, inherit this mark: the check below then looks only
+    # at this notebook's servers, not at other programs' vLLM processes on the same machine.
+    mark = f"{notebook.stem}-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
     run = execute(notebook, load_profile("cpu-tiny", smoke=True), tmp_path)
-    _assert_no_server_survived(started)
+    _assert_no_server_survived(mark)
     assert run.ok, f"{notebook.name} failed: {run.error}\n(executed copy: {run.output})"
     assert run.records, f"{notebook.name} recorded nothing"
     EXPECTATIONS[notebook.stem](run.records, tmp_path)
 
 
-def _assert_no_server_survived(since: float, grace_s: float = 30.0) -> None:
-    """vLLM processes born while the notebook ran must be gone once its kernel has shut down."""
+def _carries(process, mark: str) -> bool:
+    try:
+        return process.environ().get("SPECDEC_TEST_RUN") == mark
+    except Exception:  # gone meanwhile, or not ours to read
+        return False
+
+
+def _assert_no_server_survived(mark: str, grace_s: float = 30.0) -> None:
+    """vLLM processes started by the notebook's kernel must be gone once the kernel has shut down."""
     deadline = time.time() + grace_s
     while True:
-        born = [p for p in vllm_processes() if p.create_time() >= since - 1]
-        if not born or time.time() > deadline:
+        left = [p for p in vllm_processes() if _carries(p, mark)]
+        if not left or time.time() > deadline:
             break
         time.sleep(1)
-    assert not born, f"servers started by the notebook are still running: {[p.pid for p in born]}"
+    assert not left, f"servers started by the notebook are still running: {[p.pid for p in left]}"
 
 
 def test_every_notebook_has_one_parameters_cell_and_no_outputs():
