@@ -36,24 +36,6 @@ key=$({ echo "$pins"; "$python" -c 'import sys; print(sys.version)'; echo "layou
 env="$cache/envs/$kind-$key"
 mkdir -p "$cache/envs"
 
-# An environment built before the key ignored comments: adopt it (a link under the new key) when
-# it has exactly these pins installed, instead of building the same thing again.
-adopt_existing() {
-  local old want
-  want=$(echo "$pins" | sort)
-  for old in "$cache/envs/$kind"-*; do
-    [ -d "$old" ] && [ ! -L "$old" ] && [ -f "$old/.specdec-complete" ] && [ ! -f "$old/.specdec-pins" ] || continue
-    "$old/bin/python" -c 'import sys; sys.exit(0 if sys.version == sys.argv[1] else 1)' \
-      "$("$python" -c 'import sys; print(sys.version)')" 2>/dev/null || continue
-    if [ -z "$(comm -23 <(echo "$want") <("$old/bin/python" -m pip freeze --all --exclude-editable 2>/dev/null | sort))" ]; then
-      echo "$key" > "$old/.specdec-pins"
-      ln -sfn "$(basename "$old")" "$env"
-      return 0
-    fi
-  done
-  return 1
-}
-
 pip_install() {  # pip install -r requirements with optional extra index; stderr kept in $1
   local log=$1; shift
   "$env/bin/python" -m pip install --disable-pip-version-check -q "$@" -r "$requirements" 2>"$log"
@@ -61,7 +43,7 @@ pip_install() {  # pip install -r requirements with optional extra index; stderr
 
 (
   flock 9  # two `make` calls at once must not build the same environment twice
-  if [ ! -f "$env/.specdec-complete" ] && ! adopt_existing; then
+  if [ ! -f "$env/.specdec-complete" ]; then
     echo ">> creating the $kind environment in $env (first run only; a few minutes)" >&2
     rm -rf "$env"
     "$python" -m venv "$env"
