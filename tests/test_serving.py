@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import our_children
+from specdec_helpers import serving
 from specdec_helpers.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer,
                                      check_python)
 
@@ -106,3 +107,30 @@ def test_server_ignores_modules_in_the_working_folder(target_dir, tmp_path, monk
         assert reply.usage.completion_tokens >= 1
     assert "working folder was imported" not in server.log_path.read_text()
     assert len(our_children()) == before
+
+
+def test_cpu_servers_use_every_core_unless_told(target_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    cores = sorted(os.sched_getaffinity(0))
+    default = serving.cpu_threads_default()
+    # vLLM's own "auto" keeps a core back; ours names every usable core
+    named = set()
+    for part in default.split(","):
+        first, _, last = part.partition("-")
+        named.update(range(int(first), int(last or first) + 1))
+    assert named == set(cores)
+    assert VLLMServer(target_dir, log_dir=tmp_path).environment()["VLLM_CPU_OMP_THREADS_BIND"] == default
+    assert VLLMServer(target_dir, log_dir=tmp_path, cpu_threads_bind="0").environment()["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    assert VLLMServer(target_dir, log_dir=tmp_path).environment()["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
+def test_auto_dtype_is_float32_on_a_cpu_without_fast_bf16(target_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: False)
+    cmd = VLLMServer(target_dir, log_dir=tmp_path).command()
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    cmd = VLLMServer(target_dir, log_dir=tmp_path, dtype="bfloat16").command()
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"  # an explicit choice is kept
+    monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: True)
+    cmd = VLLMServer(target_dir, log_dir=tmp_path).command()
+    assert cmd[cmd.index("--dtype") + 1] == "auto"
