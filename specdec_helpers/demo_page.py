@@ -154,6 +154,34 @@ def stop_leftovers(demo_id: str, grace_s: float = 30.0) -> list[int]:
     return [p.pid for p in left]
 
 
+def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str | None:
+    """Why the demo cannot start here, when the reason is memory: the page needs both servers up at
+    once, and a float32 1.5B pair (CPUs without fast bf16) needs ~27 GiB. Other problems are left
+    to the page's own preflight, which shows them in place."""
+    from .demo import MAX_TOKENS_LIMIT
+    from .preflight import PreflightError, check_run
+    from .prompts import load_prompt_sets
+
+    params = load_profile(profile, smoke=smoke)
+    params.update(overrides)
+    try:
+        check_run(profile=profile, target_model=params["target_model"], draft_model=params.get("draft_model"),
+                  prompts=load_prompt_sets(["structured", "creative"]), max_tokens=MAX_TOKENS_LIMIT,
+                  max_model_len=params["max_model_len"], servers=2,
+                  gpu_memory_utilization=params.get("gpu_memory_utilization", 0.45),
+                  cpu_kv_cache_gib=params.get("cpu_kv_cache_gib", 1),
+                  chat_template_kwargs=params.get("chat_template_kwargs") or None)
+    except PreflightError as exc:
+        if "RAM" not in str(exc):
+            return None
+        return (f"The demo needs two servers of profile {profile} up at once, and this machine cannot hold "
+                f"them:\n{exc}\nTry `make demo PROFILE=cpu-tiny` (a small pair), or a machine with more memory; "
+                "notebook 05 measures the same comparison one server at a time.")
+    except Exception:  # models not provisioned yet, no tokenizer: the page's preflight reports it
+        return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from .runner import parse_overrides
 
@@ -166,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a parameter (VALUE is read as YAML), e.g. --set max_tokens=128")
     args = parser.parse_args(argv)
 
-    notebook = prepare(args.profile, args.smoke, parse_overrides(args.set))
+    overrides = parse_overrides(args.set)
+    refusal = memory_refusal(args.profile, args.smoke, overrides)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
+    notebook = prepare(args.profile, args.smoke, overrides)
     # Same process group as `make`: Ctrl-C reaches Voila directly, and it shuts its kernels down.
     proc, url = start(notebook, args.port, new_session=False)
     print(f"\n  Demo ({args.profile}): {url}\n  Open it once (every page load starts its own pair of "

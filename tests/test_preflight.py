@@ -271,3 +271,13 @@ def test_visible_gpu_is_planned_with_its_real_memory_and_free_share(fake_nvidia_
     rows = {c.what: c for c in info.value.report.checks}
     assert rows["GPU memory free now"].ok is False
     assert rows[f"GPU memory: target + {LLAMA_1B}"].ok is True  # planned for 85.5 GB, not the L40S
+
+
+def test_make_demo_refuses_at_once_when_two_servers_do_not_fit_in_ram(monkeypatch):
+    from specdec_helpers import demo_page, preflight
+
+    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 1 * 2**30)
+    message = demo_page.memory_refusal("cpu-tiny", True, {})
+    assert message and "CPU RAM: 2 server(s)" in message and "PROFILE=cpu-tiny" in message
+    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * 2**30)
+    assert demo_page.memory_refusal("cpu-tiny", True, {}) is None
