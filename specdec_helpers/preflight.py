@@ -642,11 +642,12 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
         f"CPU RAM: {servers} server(s)",
         f"weights ({served}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV {servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} "
         f"= {total / GIB:.1f} GiB", f"<= {available / GIB:.1f} GiB available", ok,
-        "" if ok else ("Not enough free memory for the servers. "
+        "" if ok else (f"Not enough free memory for the servers ({total / GIB:.1f} GiB needed, "
+                       f"{available / GIB:.1f} GiB free). "
                        + (f"The largest cpu_kv_cache_gib that fits is {largest_kv:g} "
-                          f"(it must still hold max_model_len: {need / GIB:.2f} GiB); or "
-                          if largest_kv * GIB >= need else "")
-                       + "close other programs, run fewer servers at once, or use a smaller model pair."),
+                          f"(it must still hold max_model_len: {need / GIB:.2f} GiB); or c"
+                          if largest_kv * GIB >= need else "C")
+                       + "lose other programs, run fewer servers at once, or use a smaller model pair."),
         order=45))
     return largest if largest >= BLOCK else None
 
