@@ -600,6 +600,13 @@ def _available_ram_bytes() -> int:
     return 0
 
 
+def cpu_servers_ram_bytes(weight_bytes: float, servers: int, cpu_kv_cache_gib: float) -> float:
+    """RAM for ``servers`` CPU servers holding ``weight_bytes`` of weights between them (in the
+    served dtype): the weights times the measured worker factor, plus each server's KV space and
+    process overhead. One formula for the preflight and for the setup check's choice of draft."""
+    return weight_bytes * CPU_WEIGHT_FACTOR + servers * (cpu_kv_cache_gib + CPU_SERVER_OVERHEAD_GIB) * GIB
+
+
 def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Model], *, servers: int,
                       cpu_kv_cache_gib: float, max_model_len: int) -> int | None:
     target_shape = _shape(target)
@@ -628,12 +635,12 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
                        f"cpu_kv_cache_gib to at least {math.ceil(need / GIB)}."), order=45))
 
     # RAM: every server's weights, KV space and process overhead, in what is free now.
-    weights = servers * memory.weight_bytes(target_shape, served)
+    raw_weights = servers * memory.weight_bytes(target_shape, served)
     if biggest_draft is not None:
-        weights += memory.weight_bytes(biggest_draft, served)
-    weights *= CPU_WEIGHT_FACTOR
+        raw_weights += memory.weight_bytes(biggest_draft, served)
+    weights = raw_weights * CPU_WEIGHT_FACTOR
     overhead = servers * CPU_SERVER_OVERHEAD_GIB * GIB
-    total = weights + servers * space + overhead
+    total = cpu_servers_ram_bytes(raw_weights, servers, cpu_kv_cache_gib)
     available = _available_ram_bytes()
     ok = total <= available
     spare = available - weights - overhead
@@ -645,9 +652,9 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
         "" if ok else (f"Not enough free memory for the servers ({total / GIB:.1f} GiB needed, "
                        f"{available / GIB:.1f} GiB free). "
                        + (f"The largest cpu_kv_cache_gib that fits is {largest_kv:g} "
-                          f"(it must still hold max_model_len: {need / GIB:.2f} GiB); or c"
-                          if largest_kv * GIB >= need else "C")
-                       + "lose other programs, run fewer servers at once, or use a smaller model pair."),
+                          f"(it must still hold max_model_len: {need / GIB:.2f} GiB); or close other programs, "
+                          if largest_kv * GIB >= need else "Close other programs, ")
+                       + "run fewer servers at once, or use a smaller model pair."),
         order=45))
     return largest if largest >= BLOCK else None
 

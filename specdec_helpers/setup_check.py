@@ -93,13 +93,12 @@ class ServerSizing:
 def cpu_ram_for(models: Sequence[Any], cpu_kv_cache_gib: float) -> tuple[float, float]:
     """(bytes one CPU server of these models needs, bytes free now), with the preflight's measured
     factors and the dtype the server will be started in (see ``serving.cpu_serving_dtype``)."""
-    from .preflight import CPU_SERVER_OVERHEAD_GIB, CPU_WEIGHT_FACTOR, _available_ram_bytes
+    from .preflight import _available_ram_bytes, cpu_servers_ram_bytes
     from .serving import cpu_serving_dtype
 
     served = cpu_serving_dtype("auto")
     weights = sum(memory.weight_bytes(memory.model_shape(m), served) for m in models)
-    needed = weights * CPU_WEIGHT_FACTOR + (cpu_kv_cache_gib + CPU_SERVER_OVERHEAD_GIB) * memory.GIB
-    return needed, float(_available_ram_bytes())
+    return cpu_servers_ram_bytes(weights, 1, cpu_kv_cache_gib), float(_available_ram_bytes())
 
 
 def size_setup_servers(
