@@ -8,6 +8,8 @@ WITH_ENV := bash scripts/with_env.sh $(KIND)
 NOTEBOOKS ?=
 SET ?=
 PYTEST_ARGS ?=
+# two pytest workers, each pinned to half the cores (tests/conftest.py): engine starts overlap
+TEST_WORKERS ?= -n 2 --dist loadgroup
 RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
 .PHONY: run test smoke worth-it lab env help preflight demo reference
@@ -36,10 +38,10 @@ worth-it:
 	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
 
 test:
-	$(WITH_ENV) python -m pytest $(PYTEST_ARGS)
+	$(WITH_ENV) python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo:
-	$(WITH_ENV) python -m specdec_helpers.demo_page --profile $(PROFILE) $(foreach p,$(SET),--set $(p))
+	$(WITH_ENV) python -m specdec_helpers.demo_page $(if $(filter command line environment,$(origin PROFILE)),--profile $(PROFILE)) $(foreach p,$(SET),--set $(p))
 
 reference:
 	@test -n "$(RUN)" || { echo "usage: make reference RUN=runs/<timestamp>-<profile> [PROFILE=...]"; exit 2; }

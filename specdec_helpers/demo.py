@@ -30,19 +30,21 @@ import pandas as pd
 
 from .measure import measure_prompts, measure_request, warm_up
 from .metrics import SpecCounters, read_spec_counters
-from .provenance import usable_cpus
-from .serving import ServerGroup, VLLMServer
+from .serving import ServerGroup, VLLMServer, cores_spec, usable_core_ids
 
 
 def split_cores(n_parts: int = 2) -> list[str]:
-    """Disjoint core ranges for ``VLLM_CPU_OMP_THREADS_BIND``: '0' and '1' on a 2-core machine."""
-    cores = usable_cpus()
-    size = max(cores // n_parts, 1)
+    """Disjoint core ranges for ``VLLM_CPU_OMP_THREADS_BIND``: '0' and '1' on a 2-core machine.
+
+    Built from the cores this process may use (not 0..n-1): under ``taskset -c 2,3`` the halves are
+    '2' and '3'. With fewer cores than parts, parts share the last core (and are then not "own").
+    """
+    cores = usable_core_ids()
+    size = max(len(cores) // n_parts, 1)
     ranges = []
     for i in range(n_parts):
-        first = min(i * size, cores - 1)
-        last = min(first + size - 1, cores - 1)
-        ranges.append(str(first) if first == last else f"{first}-{last}")
+        first = min(i * size, len(cores) - 1)
+        ranges.append(cores_spec(cores[first:first + size]))
     return ranges
 
 

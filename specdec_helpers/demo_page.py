@@ -1,6 +1,6 @@
 """Serve the live demo (notebooks/demo.ipynb) as a web page with Voila, on 127.0.0.1 only.
 
-    python -m specdec_helpers.demo_page [--profile cpu-coder] [--smoke] [--port N] [--set NAME=VALUE]
+    python -m specdec_helpers.demo_page [--profile cpu-coder|cpu-tiny] [--smoke] [--port N] [--set NAME=VALUE]
 
 ``make demo`` calls this. Why Voila: it is Jupyter's own way to turn a notebook into a page. The
 page runs the same notebook, in a real kernel, with the same ipywidgets panel as JupyterLab, and
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,7 +35,7 @@ from typing import Any
 
 from .profiles import load_profile
 from .runs import REPO_ROOT, resolve_run_dir
-from .serving import HOST, free_port
+from .serving import HOST, exit_with_parent, free_port
 
 DEMO_NOTEBOOK = REPO_ROOT / "notebooks" / "demo.ipynb"
 # Set in Voila's environment; its kernels and their vLLM servers inherit it, which is how we find
@@ -99,7 +100,7 @@ def start(notebook: Path, port: int | None = None, log_path: Path | None = None,
     out = open(log_path, "w") if log_path else None
     proc = subprocess.Popen(voila_command(notebook, port), stdout=out, stderr=subprocess.STDOUT if out else None,
                             stdin=subprocess.DEVNULL, start_new_session=new_session, cwd=notebook.parent,
-                            env={**os.environ, MARKER: demo_id})
+                            env={**os.environ, MARKER: demo_id}, preexec_fn=exit_with_parent)
     proc.demo_id = demo_id
     try:
         wait_listening(port, proc)
@@ -172,7 +173,7 @@ def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str 
                   cpu_kv_cache_gib=params.get("cpu_kv_cache_gib", 1),
                   chat_template_kwargs=params.get("chat_template_kwargs") or None)
     except PreflightError as exc:
-        if "RAM" not in str(exc):
+        if not re.search(r"\bRAM\b", str(exc)):
             return None
         return (f"The demo needs two servers of profile {profile} up at once, and this machine cannot hold "
                 f"them:\n{exc}\nTry `make demo PROFILE=cpu-tiny` (a small pair), or a machine with more memory; "
@@ -182,12 +183,37 @@ def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str 
     return None
 
 
+DEFAULT_PROFILE = "cpu-coder"
+FALLBACK_PROFILE = "cpu-tiny"
+
+
+def choose_profile(asked: str | None, smoke: bool, overrides: dict[str, Any]) -> tuple[str, str | None]:
+    """The profile the page runs, and why it cannot run (None when it can).
+
+    A profile the user names is used or refused, never swapped. Without one, the default pair runs
+    where both of its servers fit in memory; where they do not (a float32 1.5B pair on a 24 GB
+    machine), the small pair runs instead and we say so, so `make demo` on a fresh clone always
+    shows a working page. The small pair's drafts cost too much for its tiny target: expect the
+    speculative pane to be slower there (notebook 04 explains why).
+    """
+    if asked:
+        return asked, memory_refusal(asked, smoke, overrides)
+    refusal = memory_refusal(DEFAULT_PROFILE, smoke, overrides)
+    if not refusal:
+        return DEFAULT_PROFILE, None
+    print(f"The default pair ({DEFAULT_PROFILE}) does not fit in this machine's memory twice over, so the demo "
+          f"runs {FALLBACK_PROFILE} (SmolLM2-135M and a distilled draft; speculation does not pay for a target that "
+          f"small). `make demo PROFILE={DEFAULT_PROFILE}` shows the memory it needs.", file=sys.stderr)
+    return FALLBACK_PROFILE, memory_refusal(FALLBACK_PROFILE, smoke, overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .runner import parse_overrides
 
     parser = argparse.ArgumentParser(prog="python -m specdec_helpers.demo_page", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="cpu-coder")
+    parser.add_argument("--profile", default=None,
+                        help=f"default: {DEFAULT_PROFILE}, or {FALLBACK_PROFILE} where its pair does not fit in memory")
     parser.add_argument("--smoke", action="store_true", help="the tests' small parameters")
     parser.add_argument("--port", type=int, default=None, help="default: a free port")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     overrides = parse_overrides(args.set)
-    refusal = memory_refusal(args.profile, args.smoke, overrides)
+    args.profile, refusal = choose_profile(args.profile, args.smoke, overrides)
     if refusal:
         print(refusal, file=sys.stderr)
         return 2

@@ -112,10 +112,19 @@ def cpu_threads_default() -> str:
     """
     if os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):  # the user's own choice wins
         return os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+    return cores_spec(usable_core_ids())
+
+
+def usable_core_ids() -> list[int]:
+    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
     try:
-        cores = sorted(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = list(range(os.cpu_count() or 1))
+        return list(range(os.cpu_count() or 1))
+
+
+def cores_spec(cores: list[int]) -> str:
+    """Core ids as ``VLLM_CPU_OMP_THREADS_BIND`` writes them: "0-1", "3", or "0,2,5"."""
     if cores == list(range(cores[0], cores[-1] + 1)):
         return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
     return ",".join(str(c) for c in cores)
@@ -162,6 +171,18 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def exit_with_parent() -> None:
+    """For ``preexec_fn``: the child gets SIGTERM when the process that started it dies (Linux).
+
+    Without it a killed parent (a SIGKILLed kernel, a CI timeout) leaves its server running.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux
+        pass
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

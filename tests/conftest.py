@@ -19,6 +19,31 @@ TARGET = "smollm2-135m-instruct"
 K = 4
 
 
+def _cores_of_this_worker(worker: str, workers: int, cores: list[int]) -> list[int]:
+    """This xdist worker's share of the cores: contiguous, equal, disjoint ("gw1" of 2 on 0-1: [1])."""
+    index = int(worker.removeprefix("gw"))
+    share = len(cores) // workers
+    return cores[index * share:(index + 1) * share]
+
+
+def pytest_configure(config) -> None:
+    """Under ``pytest -n N`` (what ``make test`` uses), give each worker its own cores.
+
+    Why: most of the suite's time is vLLM engine starts, which are single-threaded Python imports,
+    so two workers on 2 cores overlap them and halve the wall time. Pinned, the workers do not
+    fight over cores: every server, kernel and torch thread a test starts inherits the affinity
+    (``serving.cpu_threads_default`` binds the server's threads to exactly these cores), so each
+    notebook still compares its baseline and speculative servers on the same hardware.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or workers < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= workers:
+        os.sched_setaffinity(0, _cores_of_this_worker(worker, workers, cores))
+
+
 def vllm_processes() -> list[psutil.Process]:
     """vLLM server processes on this machine (the API server and its engine core)."""
     found = []

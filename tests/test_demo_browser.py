@@ -32,7 +32,7 @@ import pytest
 
 from specdec_helpers import demo_page
 from specdec_helpers.runs import REPO_ROOT, resolve_run_dir
-from specdec_helpers.serving import HOST, free_port
+from specdec_helpers.serving import HOST, exit_with_parent, free_port
 
 pytestmark = pytest.mark.engine
 
@@ -63,7 +63,7 @@ def _start_jupyterlab(notebook: Path, log_path: Path) -> tuple[subprocess.Popen,
            "--LabApp.news_url=", "--LabServerApp.extension_manager=readonly"]
     demo_id = f"lab-{time.time_ns()}"
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=notebook.parent,
+                            start_new_session=True, cwd=notebook.parent, preexec_fn=exit_with_parent,
                             env={**os.environ, demo_page.MARKER: demo_id, "JUPYTER_NO_CONFIG": "1"})
     proc.demo_id = demo_id
     try:

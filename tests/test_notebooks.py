@@ -49,7 +49,7 @@ def check_00(r: dict, run_dir: Path) -> None:
 
 def check_01(r: dict, run_dir: Path) -> None:
     identical = r["greedy_identical_per_prompt"]
-    assert len(identical) >= 4 and all(identical.values()), identical  # greedy speculation is lossless
+    assert len(identical) >= 8 and all(identical.values()), identical  # greedy speculation is lossless, 8+ prompts
     # sampling: the rule min(1, p/q) + residual is within noise of the target; the top-token shortcut is not
     assert r["tv_correct"] < r["tv_threshold"] < r["tv_broken"]
     assert r["e_sim_vs_closed_max_rel_err"] < 0.02  # simulated E(alpha, k) vs the closed form

@@ -281,3 +281,16 @@ def test_make_demo_refuses_at_once_when_two_servers_do_not_fit_in_ram(monkeypatc
     assert message and "CPU RAM: 2 server(s)" in message and "PROFILE=cpu-tiny" in message
     monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.memory_refusal("cpu-tiny", True, {}) is None
+
+
+def test_make_demo_without_a_profile_falls_back_to_the_small_pair_and_says_why(monkeypatch, capsys):
+    from specdec_helpers import demo_page, preflight
+
+    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 10 * 2**30)  # cpu-coder's pair needs ~27 GiB
+    assert demo_page.choose_profile(None, False, {}) == ("cpu-tiny", None)
+    assert "does not fit" in capsys.readouterr().err
+    # a profile the user names is refused, never swapped
+    profile, refusal = demo_page.choose_profile("cpu-coder", False, {})
+    assert profile == "cpu-coder" and refusal and "CPU RAM" in refusal
+    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * 2**30)
+    assert demo_page.choose_profile(None, False, {}) == ("cpu-coder", None)

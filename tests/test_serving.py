@@ -134,3 +134,47 @@ def test_auto_dtype_is_float32_on_a_cpu_without_fast_bf16(target_dir, tmp_path, 
     monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: True)
     cmd = VLLMServer(target_dir, log_dir=tmp_path).command()
     assert cmd[cmd.index("--dtype") + 1] == "auto"
+
+
+def test_core_halves_come_from_the_cores_this_process_may_use(monkeypatch):
+    """Under taskset (or a pinned test worker) the halves are the allowed cores, not 0 and 1."""
+    from specdec_helpers import demo
+
+    monkeypatch.setattr(demo, "usable_core_ids", lambda: [2, 3, 6, 7])
+    assert demo.split_cores(2) == ["2-3", "6-7"]
+    monkeypatch.setattr(demo, "usable_core_ids", lambda: [5])
+    assert demo.split_cores(2) == ["5", "5"]  # one core: shared, so the pair is not "own cores"
+    assert serving.cores_spec([0, 2, 5]) == "0,2,5" and serving.cores_spec([4]) == "4"
+
+
+def test_test_workers_get_disjoint_cores():
+    """make test's two pinned workers (tests/conftest.py) split the cores without overlap."""
+    from conftest import _cores_of_this_worker
+
+    assert _cores_of_this_worker("gw0", 2, [0, 1]) == [0] and _cores_of_this_worker("gw1", 2, [0, 1]) == [1]
+    assert _cores_of_this_worker("gw1", 2, [0, 1, 2, 3, 4]) == [2, 3]
+
+
+def test_a_child_started_with_exit_with_parent_dies_with_its_killed_parent(tmp_path):
+    """Voila, JupyterLab (browser test) and servers must not outlive a SIGKILLed parent (a CI timeout)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = ("import subprocess, sys, time\n"
+              "from specdec_helpers.serving import exit_with_parent\n"
+              "child = subprocess.Popen(['sleep', '120'], preexec_fn=exit_with_parent)\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    assert child.is_running()
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.2)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

@@ -13,6 +13,8 @@ from specdec_helpers.prompts import load_prompt_sets, select
 from specdec_helpers.vllm_cpu_fix import expand_batch_values
 
 K = 4
+# under pytest -n, these files run on one worker, so its session servers (conftest) start once
+pytestmark = pytest.mark.xdist_group("session-servers")
 PROMPTS = select(load_prompt_sets(["structured"]), limit_per_class=3)
 
 
