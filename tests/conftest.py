@@ -1,7 +1,7 @@
 """Shared fixtures: real models, real vLLM servers on the CPU, and a check that none is left behind.
 
-Engine starts cost ~45 s each on 2 cores, so the servers the unit tests share are session-scoped
-and started only when a test asks for one.
+Engine starts cost about 65 s each on 2 cores (measured: SmolLM2-135M, most of it Python imports),
+so the servers the unit tests share are session-scoped and started only when a test asks for one.
 """
 
 from __future__ import annotations

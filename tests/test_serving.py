@@ -60,18 +60,6 @@ def test_start_timeout_stops_the_process(target_dir, tmp_path):
     assert len(our_children()) == before
 
 
-def test_with_block_stops_server_even_when_the_body_raises(target_dir, tmp_path):
-    before = len(our_children())
-    with pytest.raises(KeyboardInterrupt):
-        with VLLMServer(target_dir, name="interrupted", log_dir=tmp_path, max_model_len=512) as server:
-            assert server.running and server.startup_s > 0
-            assert len(our_children()) > before  # API server and engine core
-            raise KeyboardInterrupt  # as if the learner pressed stop in the middle of a cell
-    assert not server.running
-    assert len(our_children()) == before
-    assert "Application startup complete" in server.log_path.read_text()
-
-
 def test_command_isolates_the_server_and_carries_request_defaults(target_dir, tmp_path, monkeypatch):
     # relative paths must survive the server's own working folder (its log folder)
     monkeypatch.chdir(target_dir.parent)
@@ -93,20 +81,29 @@ def test_old_python_is_refused_with_the_requirement():
     check_python((3, 11, 0))
 
 
-def test_server_ignores_modules_in_the_working_folder(target_dir, tmp_path, monkeypatch):
-    """A notebook folder with a click.py (uvicorn imports click) must not break the server."""
+def test_server_ignores_modules_in_the_working_folder_and_stops_when_the_body_raises(target_dir, tmp_path,
+                                                                                      monkeypatch):
+    """Two promises of one real server (one engine start): a notebook folder with a click.py
+    (uvicorn imports click) does not break it, and a ``with`` block stops it, and everything it
+    started, even when the body raises (as when a learner presses stop in the middle of a cell)."""
     work = tmp_path / "notebook-folder"
     work.mkdir()
     (work / "click.py").write_text('raise ImportError("the click.py of the working folder was imported")\n')
     monkeypatch.chdir(work)
     before = len(our_children())
-    with VLLMServer(target_dir, name="isolated", log_dir=tmp_path / "logs", max_model_len=512,
-                    chat_template_kwargs={"enable_thinking": False}) as server:
-        reply = server.client().chat.completions.create(
-            model=server.served_model_name, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
-        assert reply.usage.completion_tokens >= 1
-    assert "working folder was imported" not in server.log_path.read_text()
+    with pytest.raises(KeyboardInterrupt):
+        with VLLMServer(target_dir, name="isolated", log_dir=tmp_path / "logs", max_model_len=512,
+                        chat_template_kwargs={"enable_thinking": False}) as server:
+            assert server.running and server.startup_s > 0
+            assert len(our_children()) > before  # API server and engine core
+            reply = server.client().chat.completions.create(
+                model=server.served_model_name, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
+            assert reply.usage.completion_tokens >= 1
+            raise KeyboardInterrupt
+    assert not server.running
     assert len(our_children()) == before
+    log = server.log_path.read_text()
+    assert "Application startup complete" in log and "working folder was imported" not in log
 
 
 def test_cpu_servers_use_every_core_unless_told(target_dir, tmp_path, monkeypatch):
