@@ -5,6 +5,11 @@
 ``make run`` calls this. Each notebook gets the profile's parameters that it declares (papermill
 would warn about the others), plus ``run_dir``. A notebook that fails does not stop the others;
 the run exits non-zero and index.html shows which one failed and where its log is.
+
+Before any notebook starts, the profile's preflight (``make preflight``) checks what every notebook
+needs at the least, one server: a run that cannot start here (a GPU profile without a GPU, models
+that cannot be fetched, a prompt longer than ``max_model_len``) stops at once with the reasons and
+exit code 2, instead of failing in every notebook with a stack trace.
 """
 
 from __future__ import annotations
@@ -173,6 +178,22 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str | None:
+    """The preflight's report when no notebook of this run could start here; None when it can.
+
+    Checked for one server at a time, the least every notebook needs: a notebook that wants two at
+    once checks that itself and, on a CPU, measures them one after the other when they do not fit.
+    """
+    from .preflight import check_profile
+    from .profiles import ProfileError
+
+    try:
+        report = check_profile(profile, smoke=smoke, overrides=overrides, servers=1)
+    except (ProfileError, ValueError, OSError) as exc:
+        return f"preflight could not check profile {profile}: {exc}"
+    return None if report.ok else str(report)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-coder")
@@ -181,10 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO_ROOT / "runs"), help="parent folder of run folders")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a parameter (VALUE is read as YAML), e.g. --set prompts_file=my.jsonl")
+    parser.add_argument("--no-preflight", action="store_true",
+                        help="skip the profile check before the first notebook (each notebook still checks itself)")
     args = parser.parse_args(argv)
 
     params = load_profile(args.profile, smoke=args.smoke)
-    params.update(parse_overrides(args.set))
+    overrides = parse_overrides(args.set)
+    params.update(overrides)
+    refusal = None if args.no_preflight else preflight_refusal(args.profile, args.smoke, overrides)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        print(f"\nNo notebook was started: profile {args.profile} cannot run here as it stands (the reasons "
+              f"above say what to change). `make preflight PROFILE={args.profile}` repeats this check.",
+              file=sys.stderr)
+        return 2
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")

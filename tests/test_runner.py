@@ -116,3 +116,17 @@ def test_smoke_sections_apply_in_order_and_bad_sections_are_named(tmp_path, monk
     (tmp_path / "smoke.yaml").write_text("max_tokens: 3\n")
     with pytest.raises(ProfileError, match="unknown section.*max_tokens"):
         profiles.load_profile("cpu-x", smoke=True)
+
+
+def test_a_run_that_cannot_start_stops_at_the_preflight_before_any_notebook(tiny_notebook, tmp_path, capsys,
+                                                                            monkeypatch):
+    """The chat prompts do not fit a 64-token context: the run refuses at once, says why and what to
+    change, and executes no notebook (as `make smoke PROFILE=gpu-llama` does on a machine without a GPU)."""
+    executed = []
+    monkeypatch.setattr(runner, "execute", lambda *a, **k: executed.append(a) or None)
+    code = runner.main(["--profile", "cpu-tiny", "--smoke", "--set", "max_model_len=64",
+                        "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and not executed
+    assert "No notebook was started" in err and "max_model_len" in err
+    assert not (tmp_path / "runs").exists()
