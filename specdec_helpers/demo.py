@@ -30,7 +30,7 @@ import pandas as pd
 
 from .measure import measure_prompts, measure_request, warm_up
 from .metrics import SpecCounters, read_spec_counters
-from .serving import ServerGroup, VLLMServer, cores_spec, usable_core_ids
+from .serving import ServerGroup, VLLMServer, core_share, cores_spec, usable_core_ids
 
 
 def split_cores(n_parts: int = 2) -> list[str]:
@@ -40,12 +40,7 @@ def split_cores(n_parts: int = 2) -> list[str]:
     '2' and '3'. With fewer cores than parts, parts share the last core (and are then not "own").
     """
     cores = usable_core_ids()
-    size = max(len(cores) // n_parts, 1)
-    ranges = []
-    for i in range(n_parts):
-        first = min(i * size, len(cores) - 1)
-        ranges.append(cores_spec(cores[first:first + size]))
-    return ranges
+    return [cores_spec(core_share(cores, i, n_parts)) for i in range(n_parts)]
 
 
 class ServerPair:

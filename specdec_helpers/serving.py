@@ -123,6 +123,16 @@ def usable_core_ids() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def core_share(cores: list[int], index: int, parts: int) -> list[int]:
+    """Part ``index`` of ``parts`` contiguous, equal shares of ``cores`` ([0, 1] in 2: [0] and [1]).
+
+    With fewer cores than parts, the later parts share the last core.
+    """
+    size = max(len(cores) // parts, 1)
+    first = min(index * size, len(cores) - 1)
+    return cores[first:first + size]
+
+
 def cores_spec(cores: list[int]) -> str:
     """Core ids as ``VLLM_CPU_OMP_THREADS_BIND`` writes them: "0-1", "3", or "0,2,5"."""
     if cores == list(range(cores[0], cores[-1] + 1)):
@@ -187,11 +197,7 @@ def exit_with_parent() -> None:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     os.setsid()  # own process group: stop() signals the server and its engine processes together
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: if the kernel dies, the server follows
-    except OSError:  # not Linux: atexit and the with block still stop it
-        pass
+    exit_with_parent()  # if the kernel dies, the server follows (elsewhere atexit and `with` stop it)
 
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet

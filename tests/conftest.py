@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from specdec_helpers.models import resolve_model
-from specdec_helpers.serving import VLLMServer, draft_model_config, ngram_config
+from specdec_helpers.serving import VLLMServer, core_share, draft_model_config, ngram_config, usable_core_ids
 
 TARGET = "smollm2-135m-instruct"
 K = 4
@@ -21,9 +21,7 @@ K = 4
 
 def _cores_of_this_worker(worker: str, workers: int, cores: list[int]) -> list[int]:
     """This xdist worker's share of the cores: contiguous, equal, disjoint ("gw1" of 2 on 0-1: [1])."""
-    index = int(worker.removeprefix("gw"))
-    share = len(cores) // workers
-    return cores[index * share:(index + 1) * share]
+    return core_share(cores, int(worker.removeprefix("gw")), workers)
 
 
 def pytest_configure(config) -> None:
@@ -39,7 +37,7 @@ def pytest_configure(config) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if not worker or workers < 2 or not hasattr(os, "sched_setaffinity"):
         return
-    cores = sorted(os.sched_getaffinity(0))
+    cores = usable_core_ids()
     if len(cores) >= workers:
         os.sched_setaffinity(0, _cores_of_this_worker(worker, workers, cores))
 
