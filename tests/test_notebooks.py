@@ -54,6 +54,10 @@ def check_01(r: dict, run_dir: Path) -> None:
     assert r["tv_correct"] < r["tv_threshold"] < r["tv_broken"]
     assert r["e_sim_vs_closed_max_rel_err"] < 0.02  # simulated E(alpha, k) vs the closed form
     assert r["conversions_roundtrip_ok"] is True  # alpha <-> acceptance rate <-> mean acceptance length
+    # the loop runs with whichever linear kernel made the target's (k+1)-token verify pass cheaper
+    v = r["verify_cost_v_by_kernel"]
+    assert v["default"] > 0 and v["weights_once"] > 0
+    assert r["linear_weights_once"] == (v["weights_once"] < v["default"])
     # the from-scratch loop counts what vLLM counts
     assert r["first_position_tolerance"] <= 0.1
     assert abs(r["first_position_scratch"] - r["first_position_vllm"]) <= r["first_position_tolerance"]
