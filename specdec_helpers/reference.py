@@ -95,8 +95,9 @@ SPEC: dict[str, list[KeyNumber]] = {
         KeyNumber("mean_acceptance_length", 0.5, check=_VERSION),
         KeyNumber("alpha", 0.15, check="the draft and k are the profile's"),
         KeyNumber("tv_correct", 0.05, check="tv_draws: fewer draws leave more sampling noise"),
-        KeyNumber("verify_cost_v_by_kernel/*", 0.6, check=_LOAD + "; CPUs and BLAS libraries differ in how "
-                  "they multiply a few rows (on an Intel CPU the default kernel may already be fast)"),
+        KeyNumber("verify_cost_v_by_kernel/*", 0.5, relative=True, check=_LOAD + "; one timed pass each, so "
+                  "it is noisy (3.0-3.9 and 1.3-1.9 in two runs on one machine); CPUs and BLAS libraries differ "
+                  "in how they multiply a few rows (on an Intel CPU the default kernel may already be fast)"),
         KeyNumber("e_sim_vs_closed_max_rel_err", 0.02, check="the simulation's number of draws"),
     ],
     "02_prefill_vs_decode": [
