@@ -1,7 +1,8 @@
 """Shared fixtures: real models, real vLLM servers on the CPU, and a check that none is left behind.
 
 Engine starts cost about 65 s each on 2 cores (measured: SmolLM2-135M, most of it Python imports),
-so the servers the unit tests share are session-scoped and started only when a test asks for one.
+so the servers the unit tests share are session-scoped, started only when a test asks for one and
+stopped as soon as the last test that needs one is done (see "Shared servers" below).
 """
 
 from __future__ import annotations
@@ -69,28 +70,112 @@ def log_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("server-logs")
 
 
-def _serve(target_dir: Path, log_dir: Path, name: str, spec: dict | None):
+# --- Shared servers: started on first use, stopped right after their last test -------------------
+#
+# A CPU server of the 135M test model holds about 4.7 GB (its worker alone 3.5 GB with the 1 GiB KV
+# minimum). Kept until the session ends, three of them on one worker plus the other worker's notebook
+# (two servers and a kernel) outgrow 24 GB, and the kernel's OOM killer then takes one of them in the
+# middle of the run (seen in CI as "connection refused" on a shared server). So every test that uses
+# one goes to one xdist group (one worker, run back to back), each server is stopped as soon as the
+# last test that needs it is done, and the tests are ordered so that at most two run at once.
+
+SHARED_SERVERS = ("baseline_server", "ngram_server", "self_draft_server")
+SHARED_GROUP = "session-servers"
+_tests_left: dict[str, int] = {}
+_running: dict[str, VLLMServer] = {}
+_grouping_problem: str | None = None
+
+
+def shared_servers_of(item: pytest.Item) -> set[str]:
+    """The shared servers a test uses: as fixture arguments, or by name as a parameter
+    (``request.getfixturevalue(name)`` in a parametrised test)."""
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        names |= {value for value in callspec.params.values() if isinstance(value, str)}
+    return names & set(SHARED_SERVERS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if shared_servers_of(item):
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUP))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Count, per shared server, the tests of this run that need it (after any -k/deselection).
+
+    Under --dist loadgroup the whole group runs on one worker, so that worker sees every count go to
+    zero; on the other worker the servers never start. With another --dist mode a count may never
+    reach zero and the server simply lives until the session ends, as session fixtures do.
+    """
+    global _grouping_problem
+    _grouping_problem = None
+    if session.config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup
+        ungrouped = [item.nodeid for item in session.items
+                     if shared_servers_of(item) and not item.nodeid.endswith(f"@{SHARED_GROUP}")]
+        if ungrouped:  # pytest-xdist marks a group in the node id; pytest 9.2 ignores that
+            _grouping_problem = (
+                f"pytest-xdist did not group the {len(ungrouped)} tests that share servers, so both "
+                f"workers would start them and outgrow the memory: run the tests in the project's "
+                f"environment (`make test`), whose pytest is pinned below 9.2 (pytest-xdist issue #1386).")
+    _tests_left.clear()
+    for item in session.items:
+        for name in shared_servers_of(item):
+            _tests_left[name] = _tests_left.get(name, 0) + 1
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Fail a test that needs a shared server, with the reason, when the grouping failed or when the
+    server died before the test (instead of a bare "connection refused" inside it)."""
+    if _grouping_problem and shared_servers_of(item):
+        pytest.fail(_grouping_problem, pytrace=False)
+    result = yield
+    for name in sorted(shared_servers_of(item)):
+        server = _running.get(name)
+        if server is not None and server.process is not None and not server.running:
+            code = server.process.returncode
+            pytest.fail(f"the shared server {server.name!r} exited (code {code}; -9 means killed, on a "
+                        f"small machine usually by the kernel's OOM killer) before this test. Last lines "
+                        f"of {server.log_path}:\n{server.log_tail()}", pytrace=False)
+    return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for name in shared_servers_of(item):
+        _tests_left[name] = _tests_left.get(name, 0) - 1
+        if _tests_left[name] <= 0 and name in _running:
+            _running.pop(name).stop()
+
+
+def _serve(target_dir: Path, log_dir: Path, fixture: str, name: str, spec: dict | None):
     # float32: draft and verify passes then compute bit-for-bit comparable probabilities, so the
     # sampling test measures the rejection sampler, not bf16 rounding noise (0.89 vs 1.0 measured).
     server = VLLMServer(target_dir, name=name, speculative_config=spec, log_dir=log_dir,
                         max_model_len=1024, dtype="float32")
     with server:
+        _running[fixture] = server
         yield server
+    _running.pop(fixture, None)
 
 
 @pytest.fixture(scope="session")
 def baseline_server(target_dir, log_dir):
-    yield from _serve(target_dir, log_dir, "baseline", None)
+    yield from _serve(target_dir, log_dir, "baseline_server", "baseline", None)
 
 
 @pytest.fixture(scope="session")
 def ngram_server(target_dir, log_dir):
-    yield from _serve(target_dir, log_dir, "ngram", ngram_config(K, 4))
+    yield from _serve(target_dir, log_dir, "ngram_server", "ngram", ngram_config(K, 4))
 
 
 @pytest.fixture(scope="session")
 def self_draft_server(target_dir, log_dir):
-    yield from _serve(target_dir, log_dir, "self-draft", draft_model_config(target_dir, K, "probabilistic"))
+    yield from _serve(target_dir, log_dir, "self_draft_server", "self-draft",
+                      draft_model_config(target_dir, K, "probabilistic"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,8 +20,6 @@ from specdec_helpers.prompts import load_prompt_sets, select
 from specdec_helpers.serving import VLLMServer, draft_model_config
 
 K = 4
-# under pytest -n, these files run on one worker, so its session servers (conftest) start once
-pytestmark = pytest.mark.xdist_group("session-servers")
 DEPTHS = {"smollm2-draft-1l": 1, "smollm2-draft-2l": 2, "smollm2-draft-4l": 4}
 #: First-position acceptance on 3 structured prompts x 32 tokens must stay above these floors:
 #: a bit under what the shipped weights reach (data/drafts/manifest.json), far above the ~0%

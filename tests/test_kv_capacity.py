@@ -120,7 +120,6 @@ def test_catalog_name_of_a_directory_is_none(tmp_path):
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("session-servers")  # the shared self-draft server of tests/conftest.py
 def test_live_cpu_server_matches_the_calculator_within_5_percent(target_dir, self_draft_server):
     """The self-draft server (1 GiB KV space, the VLLMServer default): target and draft share the pool,
     as the calculator assumes. The dtype is the one the engine resolved and logged."""

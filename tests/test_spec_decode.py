@@ -13,8 +13,6 @@ from specdec_helpers.prompts import load_prompt_sets, select
 from specdec_helpers.vllm_cpu_fix import expand_batch_values
 
 K = 4
-# under pytest -n, these files run on one worker, so its session servers (conftest) start once
-pytestmark = pytest.mark.xdist_group("session-servers")
 PROMPTS = select(load_prompt_sets(["structured"]), limit_per_class=3)
 
 
@@ -23,20 +21,8 @@ def _greedy(server, prompt, max_tokens=32):
                        max_tokens=max_tokens, temperature=0.0)
 
 
-@pytest.mark.parametrize("spec_fixture", ["ngram_server", "self_draft_server"])
-def test_greedy_speculation_is_token_identical_to_baseline(request, baseline_server, spec_fixture):
-    spec_server = request.getfixturevalue(spec_fixture)
-    for prompt in PROMPTS:
-        base, spec = _greedy(baseline_server, prompt), _greedy(spec_server, prompt)
-        assert spec.text == base.text, f"{spec_fixture} changed the output of {prompt.id}"
-        assert spec.completion_tokens == base.completion_tokens
-
-
-def test_baseline_metrics_have_no_speculation(baseline_server):
-    counters = read_spec_counters(baseline_server.base_url)
-    assert counters.drafts == 0 and counters.draft_tokens == 0
-
-
+# The shared servers (tests/conftest.py) stop after their last test, so the tests come in the
+# order self-draft, ngram, baseline: at most two servers of this worker are up at once.
 def test_real_metrics_page_parses_into_consistent_counters(self_draft_server):
     m = measure_request(self_draft_server, PROMPTS[0].messages, max_tokens=32, temperature=0.0)
     c = m.counters
@@ -51,14 +37,6 @@ def test_real_metrics_page_parses_into_consistent_counters(self_draft_server):
     assert m.result.completion_tokens <= c.drafts * c.mean_acceptance_length + 1
     page = requests.get(f"{self_draft_server.base_url}/metrics", timeout=10).text
     assert parse_spec_counters(page).drafts >= c.drafts
-
-
-def test_ngram_acceptance_is_measured_and_below_self_draft(ngram_server):
-    m = measure_request(ngram_server, PROMPTS[1].messages, max_tokens=48, temperature=0.0)
-    assert m.counters.drafts >= 0
-    if m.counters.draft_tokens:  # prompt lookup proposes only when an n-gram matches
-        assert 0.0 <= m.counters.acceptance_rate <= 1.0
-        assert list(m.counters.per_position_rate) == sorted(m.counters.per_position_rate, reverse=True)
 
 
 def _looks_like_text(text: str) -> bool:
@@ -79,6 +57,28 @@ def test_sampling_with_speculation_is_accepted_and_readable(self_draft_server):
         assert _looks_like_text(m.result.text), f"garbled sample: {m.result.text!r}"
     assert proposed > 0
     assert accepted / proposed > 0.9
+
+
+@pytest.mark.parametrize("spec_fixture", ["self_draft_server", "ngram_server"])
+def test_greedy_speculation_is_token_identical_to_baseline(request, baseline_server, spec_fixture):
+    spec_server = request.getfixturevalue(spec_fixture)
+    for prompt in PROMPTS:
+        base, spec = _greedy(baseline_server, prompt), _greedy(spec_server, prompt)
+        assert spec.text == base.text, f"{spec_fixture} changed the output of {prompt.id}"
+        assert spec.completion_tokens == base.completion_tokens
+
+
+def test_ngram_acceptance_is_measured_and_below_self_draft(ngram_server):
+    m = measure_request(ngram_server, PROMPTS[1].messages, max_tokens=48, temperature=0.0)
+    assert m.counters.drafts >= 0
+    if m.counters.draft_tokens:  # prompt lookup proposes only when an n-gram matches
+        assert 0.0 <= m.counters.acceptance_rate <= 1.0
+        assert list(m.counters.per_position_rate) == sorted(m.counters.per_position_rate, reverse=True)
+
+
+def test_baseline_metrics_have_no_speculation(baseline_server):
+    counters = read_spec_counters(baseline_server.base_url)
+    assert counters.drafts == 0 and counters.draft_tokens == 0
 
 
 def test_expand_replacement_matches_the_kernel_contract():
