@@ -7,7 +7,11 @@ stopped as soon as the last test that needs one is done (see "Shared servers" be
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -68,6 +72,38 @@ def target_dir() -> Path:
 @pytest.fixture(scope="session")
 def log_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("server-logs")
+
+
+# --- The machine to itself: a test that needs most of the RAM runs alone --------------------------
+#
+# The default pair's test (tests/test_coder_pair.py) converts and serves a 1.5B + 0.5B pair in
+# float32 (about 12 GB); next to the other worker's servers it left 0.1 GB free and vLLM refused
+# to start (seen from an empty cache). Tests marked ``needs_the_machine`` hold an exclusive lock
+# for their whole run (setup to teardown), every other test a shared one, so the worker that
+# takes the exclusive lock waits for the other worker's current test and then runs alone. A
+# turnstile lock stops new shared holders from starving a waiting exclusive one.
+
+RAM_LOCK = Path(tempfile.gettempdir()) / f"specdec-tests-{os.getuid()}.lock"
+
+
+@contextlib.contextmanager
+def machine_turn(exclusive: bool) -> Iterator[None]:
+    with open(RAM_LOCK.with_suffix(".turnstile"), "a") as turnstile, open(RAM_LOCK, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with machine_turn(exclusive=item.get_closest_marker("needs_the_machine") is not None):
+        return (yield)
 
 
 # --- Shared servers: started on first use, stopped right after their last test -------------------
