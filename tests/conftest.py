@@ -134,8 +134,10 @@ def shared_servers_of(item: pytest.Item) -> set[str]:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of the shared servers, and tests that need the machine, go to one group: on one worker,
+    a test that needs the machine (first, by file name) never meets the group's idle servers."""
     for item in items:
-        if shared_servers_of(item):
+        if shared_servers_of(item) or item.get_closest_marker("needs_the_machine"):
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUP))
 
 

@@ -44,8 +44,7 @@ def _pooled(server, prompts) -> SpecCounters:
 
 
 @pytest.mark.engine
-@pytest.mark.needs_the_machine  # about 12 GB: runs alone (tests/conftest.py)
-@pytest.mark.xdist_group("session-servers")  # first in that group, before its shared servers start
+@pytest.mark.needs_the_machine  # about 12 GB: runs alone, before the shared servers start (tests/conftest.py)
 def test_structured_output_is_accepted_far_more_than_creative(coder_speculative_server):
     prompts = load_prompt_sets(["structured", "creative"])
     structured = _pooled(coder_speculative_server, select(prompts, "structured",
