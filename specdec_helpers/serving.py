@@ -32,10 +32,12 @@ import atexit
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -234,6 +236,7 @@ class VLLMServer:
         self.install = vllm_install()
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self.temp_dir: Path | None = None  # the server's TMPDIR while it runs (see start)
         self._log_handle = None
         model_path = Path(self.model).expanduser()
         if not (model_path / "config.json").is_file():
@@ -312,6 +315,8 @@ class VLLMServer:
         env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
         env["TOKENIZERS_PARALLELISM"] = "false"
         env["PYTHONSAFEPATH"] = "1"  # like -P, for every Python process the server spawns
+        if self.temp_dir is not None:
+            env["TMPDIR"] = str(self.temp_dir)
         if self.install.platform == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kv_cache_gib)
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.threads_bind
@@ -332,6 +337,9 @@ class VLLMServer:
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_handle = open(self.log_path, "w")
+        # vLLM leaves a rendezvous file (vllm_dist_*) and IPC sockets in the temporary folder at
+        # every start; a folder of the server's own, removed at stop, keeps /tmp from filling up.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"specdec-vllm-{self.name}-"))
         started = time.perf_counter()
         # cwd: the log folder, a place of our own. With `python -m`, Python puts the working
         # folder first on sys.path (-P stops that for the API server; the engine processes it
@@ -396,6 +404,9 @@ class VLLMServer:
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
         _live_servers.discard(self)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

@@ -150,7 +150,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """
     global _grouping_problem
     _grouping_problem = None
-    if session.config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup
+    # pytest-xdist sets this option on its workers only: a run without -n has no such option
+    if getattr(session.config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
         ungrouped = [item.nodeid for item in session.items
                      if shared_servers_of(item) and not item.nodeid.endswith(f"@{SHARED_GROUP}")]
         if ungrouped:  # pytest-xdist marks a group in the node id; pytest 9.2 ignores that

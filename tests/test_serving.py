@@ -83,9 +83,10 @@ def test_old_python_is_refused_with_the_requirement():
 
 def test_server_ignores_modules_in_the_working_folder_and_stops_when_the_body_raises(target_dir, tmp_path,
                                                                                       monkeypatch):
-    """Two promises of one real server (one engine start): a notebook folder with a click.py
-    (uvicorn imports click) does not break it, and a ``with`` block stops it, and everything it
-    started, even when the body raises (as when a learner presses stop in the middle of a cell)."""
+    """Three promises of one real server (one engine start): a notebook folder with a click.py
+    (uvicorn imports click) does not break it; a ``with`` block stops it, and everything it
+    started, even when the body raises (as when a learner presses stop in the middle of a cell);
+    and the temporary files vLLM makes at every start go away with it."""
     work = tmp_path / "notebook-folder"
     work.mkdir()
     (work / "click.py").write_text('raise ImportError("the click.py of the working folder was imported")\n')
@@ -99,9 +100,12 @@ def test_server_ignores_modules_in_the_working_folder_and_stops_when_the_body_ra
             reply = server.client().chat.completions.create(
                 model=server.served_model_name, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
             assert reply.usage.completion_tokens >= 1
+            temp_dir = server.temp_dir
+            assert any(temp_dir.glob("vllm_dist_*")), "vLLM's temporary files belong in the server's own folder"
             raise KeyboardInterrupt
     assert not server.running
     assert len(our_children()) == before
+    assert not temp_dir.exists()  # removed with the server: nothing piles up in /tmp
     log = server.log_path.read_text()
     assert "Application startup complete" in log and "working folder was imported" not in log
 
@@ -150,6 +154,20 @@ def test_test_workers_get_disjoint_cores():
 
     assert _cores_of_this_worker("gw0", 2, [0, 1]) == [0] and _cores_of_this_worker("gw1", 2, [0, 1]) == [1]
     assert _cores_of_this_worker("gw1", 2, [0, 1, 2, 3, 4]) == [2, 3]
+
+
+def test_the_suite_also_runs_without_xdist_workers():
+    """`python -m pytest tests/test_x.py` (one process, no -n) must work: a learner reruns one test
+    like that. The conftest's grouping check reads an option only xdist's workers have."""
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                           os.path.join(tests, "test_spec_decode.py")], capture_output=True, text=True,
+                          cwd=os.path.dirname(tests), timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "INTERNALERROR" not in done.stdout and "test_spec_decode.py::" in done.stdout
 
 
 def test_a_child_started_with_exit_with_parent_dies_with_its_killed_parent(tmp_path):
