@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .metrics import read_spec_counters
 from .serving import VLLMServer
+from .stats import nearest_rank_percentile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,7 +80,7 @@ def run_concurrent(server: VLLMServer, prompts: Sequence, concurrency: int, requ
         "completion_tokens": tokens,
         "throughput_tokens_per_s": tokens / wall_s,
         "latency_median_s": statistics.median(latencies),
-        "latency_p90_s": sorted(latencies)[max(int(0.9 * len(latencies)) - 1, 0)],
+        "latency_p90_s": nearest_rank_percentile(latencies, 90),
         "s_per_token_per_request": statistics.median(lat / max(n, 1) for lat, n in done),
         "acceptance_rate": counters.acceptance_rate,
         "drafts": counters.drafts,

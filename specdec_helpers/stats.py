@@ -44,6 +44,19 @@ def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
     return float(med), float(q25), float(q75)
 
 
+def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0 < q <= 100) by nearest rank: the smallest observed value with at
+    least q% of the values at or below it.
+
+    Why: a tail latency should be one a request really had, and with the few requests of a CPU run
+    (2 or 4 per level) it must not fall below the median: p90 of two latencies is the larger one.
+    """
+    if not 0 < q <= 100:
+        raise ValueError(f"q must be in (0, 100], got {q}")
+    arr = np.sort(_as_clean_array(values))
+    return float(arr[math.ceil(q / 100 * arr.size) - 1])
+
+
 def _apply_stat(stat: Callable, samples: np.ndarray) -> np.ndarray:
     """Apply ``stat`` to each row of ``samples``, vectorised when ``stat`` accepts ``axis``."""
     try:

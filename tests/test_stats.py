@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdec_helpers.stats import bootstrap_ci, median_iqr, paired_speedup_ci, summarize
+from specdec_helpers.stats import bootstrap_ci, median_iqr, nearest_rank_percentile, paired_speedup_ci, summarize
 
 
 def test_median_iqr_by_hand():
@@ -14,6 +14,18 @@ def test_median_iqr_by_hand():
     assert median_iqr([5, 1, 4, 2, 3]) == (3.0, 2.0, 4.0)
     # 1..4: median 2.5, q25 at position 0.75 -> 1.75, q75 at 2.25 -> 3.25
     assert median_iqr([1, 2, 3, 4]) == pytest.approx((2.5, 1.75, 3.25))
+
+
+def test_p90_is_an_observed_value_never_below_the_median():
+    """Notebook 06 reports p90 latency from 1, 2 or 4 requests per level."""
+    assert nearest_rank_percentile([22.0, 17.0], 90) == 22.0  # of two, the slower one
+    assert nearest_rank_percentile([1.0, 4.0, 2.0, 3.0], 90) == 4.0
+    assert nearest_rank_percentile(range(1, 11), 90) == 9.0 and nearest_rank_percentile([5.0], 90) == 5.0
+    assert nearest_rank_percentile([3.0, 1.0, 2.0], 50) == 2.0 and nearest_rank_percentile([3.0, 1.0], 100) == 3.0
+    for values in ([2.0, 9.0], [1.0, 5.0, 7.0, 8.0], [4.0, 4.0, 1.0]):
+        assert nearest_rank_percentile(values, 90) >= median_iqr(values)[0]
+    with pytest.raises(ValueError, match="q must be"):
+        nearest_rank_percentile([1.0], 0)
 
 
 def test_median_iqr_drops_nan_and_rejects_empty():
