@@ -339,7 +339,8 @@ class VLLMServer:
         self._log_handle = open(self.log_path, "w")
         # vLLM leaves a rendezvous file (vllm_dist_*) and IPC sockets in the temporary folder at
         # every start; a folder of the server's own, removed at stop, keeps /tmp from filling up.
-        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"specdec-vllm-{self.name}-"))
+        remove_orphaned_temp_dirs()
+        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-{self.name}-"))
         started = time.perf_counter()
         # cwd: the log folder, a place of our own. With `python -m`, Python puts the working
         # folder first on sys.path (-P stops that for the API server; the engine processes it
@@ -427,6 +428,26 @@ class VLLMServer:
             self.stop()
         except Exception:
             pass
+
+
+TEMP_PREFIX = "specdec-vllm-"
+
+
+def remove_orphaned_temp_dirs() -> list[Path]:
+    """Remove the temporary folders of servers whose owning process is gone; return them.
+
+    Why: ``stop()`` removes a server's folder, but a process killed outright (a Jupyter kernel
+    that is SIGKILLed, a CI timeout) never gets there. Its servers die with it (``_die_with_parent``),
+    so a folder named after a process that no longer exists is only litter; the next start clears it.
+    """
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+        owner = folder.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def _absolute(path: str | os.PathLike) -> str:

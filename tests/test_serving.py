@@ -156,6 +156,24 @@ def test_test_workers_get_disjoint_cores():
     assert _cores_of_this_worker("gw1", 2, [0, 1, 2, 3, 4]) == [2, 3]
 
 
+def test_temp_folders_of_dead_owners_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    """A kernel killed outright never runs stop(); the next server start clears its folder."""
+    import subprocess
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # a process id that no longer exists
+    dead = tmp_path / f"{serving.TEMP_PREFIX}{finished.pid}-baseline-abc123"
+    live = tmp_path / f"{serving.TEMP_PREFIX}{os.getpid()}-speculative-def456"
+    other = tmp_path / "specdec-vllm-notes"  # not ours by name: left alone
+    for folder in (dead, live, other):
+        folder.mkdir()
+        (folder / "socket-file").write_text("")
+    assert serving.remove_orphaned_temp_dirs() == [dead]
+    assert not dead.exists() and live.exists() and other.exists()
+
+
 def test_the_suite_also_runs_without_xdist_workers():
     """`python -m pytest tests/test_x.py` (one process, no -n) must work: a learner reruns one test
     like that. The conftest's grouping check reads an option only xdist's workers have."""
