@@ -15,7 +15,7 @@ RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set 
 .PHONY: run test smoke worth-it lab env help preflight demo reference
 help:
 	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
-	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU, two pinned workers; about 33 min on 2 cores)"
+	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU, two pinned workers; 28-33 min on 2 cores)"
 	@echo "make smoke                     execute the series with the small test parameters"
 	@echo "make preflight [SMOKE=1]       check prompts, memory and models of PROFILE before any server starts"
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
