@@ -53,8 +53,7 @@ def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
     """
     if not 0 < q <= 100:
         raise ValueError(f"q must be in (0, 100], got {q}")
-    arr = np.sort(_as_clean_array(values))
-    return float(arr[math.ceil(q / 100 * arr.size) - 1])
+    return float(np.percentile(_as_clean_array(values), q, method="inverted_cdf"))  # nearest rank
 
 
 def _apply_stat(stat: Callable, samples: np.ndarray) -> np.ndarray:
