@@ -9,7 +9,8 @@ in one place keeps the definitions identical across notebooks:
   model's expected tokens per pass match vLLM's mean acceptance length;
 * c: the draft's decode step time over the target's, each measured on its own server (n-gram
   lookup is a table search on the CPU: c = 0);
-* v(k): from ``phases.verify_cost`` on the baseline server;
+* v(k): from ``phases.verify_cost`` on the baseline server (the engine's own pass times, median of
+  interleaved repeats; the spread travels with it in ``Baseline.verify_summary``);
 * coverage f: the share of decode steps that carried a draft (1 for a draft model, less for n-gram
   lookup); every prediction here, including the best k, uses it;
 * measured speedup: paired per prompt, decode tokens/s and end-to-end time per token.
@@ -40,7 +41,8 @@ class Baseline:
     results: pd.DataFrame
     step_s: float
     verify_table: pd.DataFrame
-    verify: theory.VerifyCost
+    verify_summary: pd.DataFrame  # per n positions: median v, quartiles, 95% interval (phases.summarize_verify_cost)
+    verify: theory.VerifyCost  # the medians: what the cost model uses
 
 
 def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, repeats: int, temperature: float,
@@ -51,10 +53,10 @@ def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, re
                                   max_tokens=max_tokens, provenance=provenance)
         itl = phases.itl_by_position(server, output_tokens=32, repeats=2)
         step_s = float(itl["itl_s"].median())
-        table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks, repeats=3), step_s=step_s)
-    ratios = table.groupby("k")["ratio"].median()
-    verify = theory.VerifyCost({int(k): max(float(v), 0.5) for k, v in ratios.items()})
-    return Baseline(results=results, step_s=step_s, verify_table=table, verify=verify)
+        table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks))
+    summary = phases.summarize_verify_cost(table)
+    verify = theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()})
+    return Baseline(results=results, step_s=step_s, verify_table=table, verify_summary=summary, verify=verify)
 
 
 def candidate_config(candidate: str, k: int, draft_sample_method: str | None = None,

@@ -98,3 +98,43 @@ def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
     response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
     response.raise_for_status()
     return parse_spec_counters(response.text)
+
+
+# The engine's own per-request timings (vllm/v1/metrics/stats.py): both ends are timestamps taken
+# inside the engine core process, so they leave out HTTP, tokenising, detokenising and the trip
+# between processes that a client-side timer also sees.
+PREFILL_TIME = "vllm:request_prefill_time_seconds"  # first token - first scheduled
+DECODE_TIME = "vllm:request_decode_time_seconds"  # last token - first token
+
+
+def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
+    """``(sum, count)`` of the histogram ``name`` in a /metrics page, summed over its label sets.
+
+    A histogram's ``_sum`` is the exact total of every observed value, so the difference of two
+    snapshots around one request is that request's value (the buckets would only bound it).
+    """
+    total, count, seen = 0.0, 0.0, False
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        seen = True
+        for sample in family.samples:
+            if sample.name == f"{name}_sum":
+                total += sample.value
+            elif sample.name == f"{name}_count":
+                count += sample.value
+    if not seen:
+        raise ValueError(f"the /metrics page has no histogram {name!r} (is this a vLLM v1 server?)")
+    return total, count
+
+
+def read_histogram_totals(base_url: str, name: str, timeout_s: float = 10.0) -> tuple[float, float]:
+    """Fetch ``{base_url}/metrics`` and return ``(sum, count)`` of the histogram ``name``."""
+    return read_histograms(base_url, [name], timeout_s)[name]
+
+
+def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) -> dict[str, tuple[float, float]]:
+    """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""
+    response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
+    response.raise_for_status()
+    return {name: parse_histogram_totals(response.text, name) for name in names}

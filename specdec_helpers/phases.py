@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import metrics
 from .serving import VLLMServer
 
 # Ordinary vocabulary ids of Llama-style tokenizers (skip the special tokens at the low end).
@@ -87,40 +88,123 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3, pr
     return pd.DataFrame(rows)
 
 
+#: Interleaved rounds of every pass size in :func:`verify_cost`. A pass's own time varies by 5-10%
+#: from one to the next on a 2-core machine (measured with vLLM's engine timing: SmolLM2-135M and
+#: Qwen2.5-Coder-1.5B, bf16, on an Intel Xeon with AMX), so a median needs about ten of them to be
+#: good to a few percent; 11 passes of each size cost seconds next to an engine start.
+VERIFY_REPEATS = 11
+
+
+#: Answer length of the requests that time the engine's decode step inside :func:`verify_cost`.
+DECODE_STEP_TOKENS = 16
+
+
+def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
+                            settle_s: float = 2.0) -> dict[str, float]:
+    """One completion, timed by vLLM's engine and by the client: ``prefill_s``, ``decode_s``, ``wall_s``.
+
+    ``prefill_s`` is vLLM's own prefill time of the request (``vllm:request_prefill_time_seconds``:
+    from the step that first scheduled it to the step that produced its first token) and
+    ``decode_s`` its decode time (first to last token), both from timestamps taken in the engine
+    process, read as the difference of the histograms' exact sums around the request. They leave
+    out the HTTP, tokenising and inter-process costs that ``wall_s``, the client's timer, also
+    contains. The server must have no other traffic.
+    """
+    names = [metrics.PREFILL_TIME, metrics.DECODE_TIME]
+    before = metrics.read_histograms(server.base_url, names)
+    wall = time_completion(server, prompt_ids, max_tokens=max_tokens)
+    deadline = time.monotonic() + settle_s
+    while True:  # the API server records a finished request's stats as it answers; wait if it has not yet
+        after = metrics.read_histograms(server.base_url, names)
+        if after[metrics.PREFILL_TIME][1] > before[metrics.PREFILL_TIME][1] or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    finished = after[metrics.PREFILL_TIME][1] - before[metrics.PREFILL_TIME][1]
+    if finished != 1:
+        raise RuntimeError(f"expected one finished request in {metrics.PREFILL_TIME}, saw {finished:g}: "
+                           "is another client using this server?")
+    return {"prefill_s": after[metrics.PREFILL_TIME][0] - before[metrics.PREFILL_TIME][0],
+            "decode_s": after[metrics.DECODE_TIME][0] - before[metrics.DECODE_TIME][0], "wall_s": wall}
+
+
 def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), base_tokens: int = 256,
-                repeats: int = 5, seed: int = 7) -> "pd.DataFrame":
-    """Time of a forward pass over k new token positions on top of a cached prefix (k = 1 is a decode step).
+                repeats: int = VERIFY_REPEATS, seed: int = 7) -> "pd.DataFrame":
+    """Time forward passes over n new token positions on top of a cached prefix, and decode steps.
 
     The prefix (a whole number of KV blocks) is sent once so vLLM's prefix cache holds it; every
-    later request is prefix + k fresh tokens with ``max_tokens=1``, so the engine computes exactly
-    k tokens against the cached context: the shape of a verification pass over k draft tokens.
+    later request is prefix + n fresh tokens with ``max_tokens=1``, so the engine computes exactly
+    n tokens against the cached context: the shape of a verification pass. ``n = 1`` is always
+    measured. Repeats are interleaved (every n once, then again), so a slow moment of the machine
+    hits all n alike. In the first, middle and last round a request of ``DECODE_STEP_TOKENS``
+    tokens also times the engine's decode step (its decode time over its steps), the unit v(k) is
+    expressed in. Columns: ``k`` (n, the positions computed), ``repeat``, ``engine_s`` (vLLM's
+    own time of the pass, see :func:`engine_timed_completion`), ``seconds`` (the client's wall
+    time, which adds a fixed cost per request and its jitter) and ``decode_step_s`` (NaN in the
+    rounds without a decode request).
     """
     import pandas as pd
 
     if base_tokens % PREFIX_BLOCK:
         raise ValueError(f"base_tokens must be a multiple of {PREFIX_BLOCK} so the whole prefix is cached")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    ns = sorted({1, *(int(k) for k in ks)})
     base = random_token_prompt(base_tokens, seed=seed)
     time_completion(server, base)  # fills the prefix cache
+    engine_timed_completion(server, base + random_token_prompt(max(ns), seed=seed - 1))  # warm-up of the largest shape
+    decode_rounds = {0, repeats // 2, repeats - 1}
     rows = []
     for repeat in range(repeats):
-        for k in ks:
-            suffix = random_token_prompt(k, seed=seed + 100 * repeat + k + 1)
-            rows.append({"k": k, "repeat": repeat, "seconds": time_completion(server, base + suffix)})
+        step = float("nan")
+        if repeat in decode_rounds:
+            timed = engine_timed_completion(server, random_token_prompt(base_tokens, seed=seed + 100 * repeat),
+                                            max_tokens=DECODE_STEP_TOKENS)
+            step = timed["decode_s"] / (DECODE_STEP_TOKENS - 1)
+        for n in ns:
+            timed = engine_timed_completion(server, base + random_token_prompt(n, seed=seed + 100 * repeat + n + 1))
+            rows.append({"k": n, "repeat": repeat, "engine_s": timed["prefill_s"], "seconds": timed["wall_s"],
+                         "decode_step_s": step})
     return pd.DataFrame(rows)
 
 
-def add_verify_ratio(df: "pd.DataFrame", step_s: float) -> "pd.DataFrame":
-    """v(k) = 1 + (T(k) - T(1)) / decode step, per row.
+def add_verify_ratio(df: "pd.DataFrame") -> "pd.DataFrame":
+    """``ratio`` = v = 1 + (engine time of the pass over n positions - that of a 1-position pass) / decode step.
 
-    Each timed request carries a fixed cost besides the forward pass (HTTP, scheduling, sampling,
-    detokenising). A plain T(k)/T(1) would dilute the pass's growth with that constant; subtracting
-    T(1) removes it, and dividing by the decode step (measured in a stream, where that fixed cost
-    is absent) expresses the extra work of k tokens in units of one decode step.
+    The pass over n positions here is a new request's first step, which carries a fixed cost a
+    running request's step does not (the engine schedules the new request and looks up its
+    prefix): subtracting the median 1-position pass removes it, and dividing by the engine's
+    decode step expresses the extra work of n positions in decode steps. Both are medians over
+    the table, so the noise of a single pass (5-10% on a busy 2-core machine) is not added to
+    every ratio; the interleaving already spreads slow moments over every n.
     """
-    t1 = df.loc[df["k"] == df["k"].min(), "seconds"].median()
     out = df.copy()
-    out["ratio"] = 1.0 + (out["seconds"] - t1) / step_s
+    one = out.loc[out["k"] == 1, "engine_s"].median()
+    step = out["decode_step_s"].median()
+    if not (one > 0 and step > 0):
+        raise ValueError("the verify table needs timed 1-position passes and decode steps")
+    out["ratio"] = 1.0 + (out["engine_s"] - one) / step
     return out
+
+
+def summarize_verify_cost(df: "pd.DataFrame", confidence: float = 0.95) -> "pd.DataFrame":
+    """Per n: the median ratio, its quartiles and a bootstrap interval of the median, and the count.
+
+    Why the interval: the cost model multiplies by v(k), so a reader must see how far the
+    median could move on a rerun before trusting a prediction built on it.
+    """
+    import pandas as pd
+
+    from .stats import bootstrap_ci, median_iqr
+
+    rows = []
+    for n, group in df.groupby("k"):
+        med, q25, q75 = median_iqr(group["ratio"])
+        _, low, high = bootstrap_ci(group["ratio"], confidence=confidence)
+        if n == 1:  # the unit, exactly 1 by definition (its spread is the noise of one pass)
+            med, low, high = 1.0, 1.0, 1.0
+        rows.append({"k": int(n), "v": med, "q25": q25, "q75": q75, "ci_low": min(low, med),
+                     "ci_high": max(high, med), "n": int(group["ratio"].notna().sum())})
+    return pd.DataFrame(rows).set_index("k")
 
 
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
