@@ -95,8 +95,9 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3, pr
 VERIFY_REPEATS = 11
 
 
-#: Answer length of the requests that time the engine's decode step inside :func:`verify_cost`.
-DECODE_STEP_TOKENS = 16
+#: Answer length of the request that times the engine's decode step in every round of
+#: :func:`verify_cost` (5 steps: the engine's clock needs no more to time a step to a few percent).
+DECODE_STEP_TOKENS = 6
 
 
 def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
@@ -108,7 +109,10 @@ def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_token
     ``decode_s`` its decode time (first to last token), both from timestamps taken in the engine
     process, read as the difference of the histograms' exact sums around the request. They leave
     out the HTTP, tokenising and inter-process costs that ``wall_s``, the client's timer, also
-    contains. The server must have no other traffic.
+    contains. The server must have no other traffic, and must not run with ``--disable-log-stats``
+    (then vLLM keeps no histograms). In vLLM 0.32 the API server records a finished request's
+    stats before it sends the response; the short wait below only guards against a later
+    release recording them on another thread.
     """
     names = [metrics.PREFILL_TIME, metrics.DECODE_TIME]
     before = metrics.read_histograms(server.base_url, names)
@@ -135,31 +139,28 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), b
     later request is prefix + n fresh tokens with ``max_tokens=1``, so the engine computes exactly
     n tokens against the cached context: the shape of a verification pass. ``n = 1`` is always
     measured. Repeats are interleaved (every n once, then again), so a slow moment of the machine
-    hits all n alike. In the first, middle and last round a request of ``DECODE_STEP_TOKENS``
-    tokens also times the engine's decode step (its decode time over its steps), the unit v(k) is
-    expressed in. Columns: ``k`` (n, the positions computed), ``repeat``, ``engine_s`` (vLLM's
-    own time of the pass, see :func:`engine_timed_completion`), ``seconds`` (the client's wall
-    time, which adds a fixed cost per request and its jitter) and ``decode_step_s`` (NaN in the
-    rounds without a decode request).
+    hits all n alike, and every round also times the engine's decode step, the unit v(k) is
+    expressed in, with a request of ``DECODE_STEP_TOKENS`` tokens (its decode time over its
+    steps). Columns: ``k`` (n, the positions computed), ``repeat``, ``engine_s`` (vLLM's own
+    time of the pass, see :func:`engine_timed_completion`), ``seconds`` (the client's wall time,
+    which adds a fixed cost per request and its jitter) and ``decode_step_s`` (that round's step).
     """
     import pandas as pd
 
     if base_tokens % PREFIX_BLOCK:
         raise ValueError(f"base_tokens must be a multiple of {PREFIX_BLOCK} so the whole prefix is cached")
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if repeats < 3:
+        raise ValueError(f"repeats must be at least 3 for a median and an interval, got {repeats}")
     ns = sorted({1, *(int(k) for k in ks)})
     base = random_token_prompt(base_tokens, seed=seed)
     time_completion(server, base)  # fills the prefix cache
     engine_timed_completion(server, base + random_token_prompt(max(ns), seed=seed - 1))  # warm-up of the largest shape
-    decode_rounds = {0, repeats // 2, repeats - 1}
     rows = []
     for repeat in range(repeats):
-        step = float("nan")
-        if repeat in decode_rounds:
-            timed = engine_timed_completion(server, random_token_prompt(base_tokens, seed=seed + 100 * repeat),
-                                            max_tokens=DECODE_STEP_TOKENS)
-            step = timed["decode_s"] / (DECODE_STEP_TOKENS - 1)
+        # on the cached prefix too, so the step reads the same context as the passes
+        timed = engine_timed_completion(server, base + random_token_prompt(1, seed=seed + 100 * repeat + 50),
+                                        max_tokens=DECODE_STEP_TOKENS)
+        step = timed["decode_s"] / (DECODE_STEP_TOKENS - 1)
         for n in ns:
             timed = engine_timed_completion(server, base + random_token_prompt(n, seed=seed + 100 * repeat + n + 1))
             rows.append({"k": n, "repeat": repeat, "engine_s": timed["prefill_s"], "seconds": timed["wall_s"],
@@ -167,15 +168,23 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8), b
     return pd.DataFrame(rows)
 
 
-def add_verify_ratio(df: "pd.DataFrame") -> "pd.DataFrame":
-    """``ratio`` = v = 1 + (engine time of the pass over n positions - that of a 1-position pass) / decode step.
+def _v_of_rounds(passes: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """v for every pass size from rounds: 1 + (median pass - median 1-position pass) / median step.
 
-    The pass over n positions here is a new request's first step, which carries a fixed cost a
-    running request's step does not (the engine schedules the new request and looks up its
-    prefix): subtracting the median 1-position pass removes it, and dividing by the engine's
-    decode step expresses the extra work of n positions in decode steps. Both are medians over
-    the table, so the noise of a single pass (5-10% on a busy 2-core machine) is not added to
-    every ratio; the interleaving already spreads slow moments over every n.
+    ``passes`` is (..., rounds, sizes) with the 1-position pass first, ``steps`` (..., rounds).
+    """
+    medians = np.median(passes, axis=-2)
+    return 1.0 + (medians - medians[..., :1]) / np.median(steps, axis=-1)[..., None]
+
+
+def add_verify_ratio(df: "pd.DataFrame") -> "pd.DataFrame":
+    """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step.
+
+    The pass over n positions here is a new request's first step, and a new request's first
+    step carries costs a running request's step does not (the engine schedules the request and
+    looks up its prefix): subtracting the median 1-position pass cancels them, and dividing by the
+    engine's median decode step expresses the extra work of n positions in decode steps. Medians,
+    so the noise of one pass (5-10% on a busy 2-core machine) is not added to every row.
     """
     out = df.copy()
     one = out.loc[out["k"] == 1, "engine_s"].median()
@@ -186,25 +195,41 @@ def add_verify_ratio(df: "pd.DataFrame") -> "pd.DataFrame":
     return out
 
 
-def summarize_verify_cost(df: "pd.DataFrame", confidence: float = 0.95) -> "pd.DataFrame":
-    """Per n: the median ratio, its quartiles and a bootstrap interval of the median, and the count.
+def summarize_verify_cost(df: "pd.DataFrame", confidence: float = 0.95, n_resamples: int = 2000,
+                          seed: int = 0) -> "pd.DataFrame":
+    """Per pass size n: v, the quartiles of single passes, a 95% interval of v, and the rounds.
 
-    Why the interval: the cost model multiplies by v(k), so a reader must see how far the
-    median could move on a rerun before trusting a prediction built on it.
+    ``v`` is ``1 + (median pass over n - median 1-position pass) / median decode step`` over all
+    rounds. Its interval is a bootstrap over *rounds*: each resample draws whole rounds (every
+    pass size and that round's decode step together) and recomputes all three medians, so the
+    uncertainty of the unit (the 1-position pass and the step) is in every interval, and v(1) is
+    exactly 1 in every resample. Why an interval at all: the cost model divides by v(k), so a
+    reader must see how far it could move on a rerun before trusting a prediction built on it.
+    A v at or below 0 (a pass over n positions faster than the 1-position one by more than a
+    decode step) is not a cost but a broken measurement, and stops here with what to do.
     """
     import pandas as pd
 
-    from .stats import bootstrap_ci, median_iqr
-
-    rows = []
-    for n, group in df.groupby("k"):
-        med, q25, q75 = median_iqr(group["ratio"])
-        _, low, high = bootstrap_ci(group["ratio"], confidence=confidence)
-        if n == 1:  # the unit, exactly 1 by definition (its spread is the noise of one pass)
-            med, low, high = 1.0, 1.0, 1.0
-        rows.append({"k": int(n), "v": med, "q25": q25, "q75": q75, "ci_low": min(low, med),
-                     "ci_high": max(high, med), "n": int(group["ratio"].notna().sum())})
-    return pd.DataFrame(rows).set_index("k")
+    wide = df.pivot(index="repeat", columns="k", values="engine_s").sort_index(axis=1)
+    steps = df.groupby("repeat")["decode_step_s"].first().reindex(wide.index).to_numpy(dtype=float)
+    passes = wide.to_numpy(dtype=float)
+    if wide.columns[0] != 1 or np.isnan(passes).any() or np.isnan(steps).any() or len(wide) < 3:
+        raise ValueError("summarize_verify_cost needs at least 3 complete rounds with a 1-position pass and a "
+                         "decode step each (phases.verify_cost)")
+    point = _v_of_rounds(passes, steps)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(wide), size=(n_resamples, len(wide)))
+    boot = _v_of_rounds(passes[picks], steps[picks])
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [tail, 1.0 - tail], axis=0)
+    if (point <= 0).any() or (low <= 0).any():
+        raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
+                         f"from {np.round(low, 3).tolist()}): the machine was too busy while v(k) was timed. "
+                         "Close other programs and rerun the cell.")
+    ratios = add_verify_ratio(df).groupby("k")["ratio"]
+    return pd.DataFrame({"v": point, "q25": ratios.quantile(0.25).to_numpy(), "q75": ratios.quantile(0.75).to_numpy(),
+                         "ci_low": np.minimum(low, point), "ci_high": np.maximum(high, point),
+                         "n": len(wide)}, index=pd.Index([int(n) for n in wide.columns], name="k"))
 
 
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
