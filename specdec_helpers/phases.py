@@ -88,10 +88,10 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3, pr
     return pd.DataFrame(rows)
 
 
-#: Interleaved rounds of every pass size in :func:`verify_cost`. A pass's own time varies by 5-10%
-#: from one to the next on a 2-core machine (measured with vLLM's engine timing: SmolLM2-135M and
-#: Qwen2.5-Coder-1.5B, bf16, on an Intel Xeon with AMX), so a median needs about ten of them to be
-#: good to a few percent; 11 passes of each size cost seconds next to an engine start.
+#: Interleaved rounds of every pass size in :func:`verify_cost`. A pass's own time varies by 7-30%
+#: (interquartile range over the median) from one to the next on a 2-core machine (measured with
+#: vLLM's engine timing: SmolLM2-135M and Qwen2.5-Coder-1.5B, bf16, on an Intel Xeon with AMX), so
+#: a median needs about ten of them; 11 rounds cost seconds (135M) to about a minute (1.5B) per call.
 VERIFY_REPEATS = 11
 
 
@@ -184,7 +184,7 @@ def add_verify_ratio(df: "pd.DataFrame") -> "pd.DataFrame":
     step carries costs a running request's step does not (the engine schedules the request and
     looks up its prefix): subtracting the median 1-position pass cancels them, and dividing by the
     engine's median decode step expresses the extra work of n positions in decode steps. Medians,
-    so the noise of one pass (5-10% on a busy 2-core machine) is not added to every row.
+    so the noise of one pass (7-30% on a busy 2-core machine) is not added to every row.
     """
     out = df.copy()
     one = out.loc[out["k"] == 1, "engine_s"].median()
