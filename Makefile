@@ -12,10 +12,11 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= -n 2 --dist loadgroup
 RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
-.PHONY: run test smoke worth-it lab env help preflight demo reference
+.PHONY: run test test-fast smoke worth-it lab env help preflight demo reference
 help:
 	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run the tests (real vLLM on the CPU, two pinned workers; 28-33 min on 2 cores)"
+	@echo "make test-fast                 the unit tier only (tests/unit: no server, about 1.5 min); run it while you work"
 	@echo "make smoke                     execute the series with the small test parameters"
 	@echo "make preflight [SMOKE=1]       check prompts, memory and models of PROFILE before any server starts"
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
@@ -25,27 +26,30 @@ help:
 	@echo "make env                       only create the environment"
 
 run:
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) $(RUN_ARGS)
+	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) $(RUN_ARGS)
 
 smoke:
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --smoke $(RUN_ARGS)
+	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) --smoke $(RUN_ARGS)
 
 preflight:
-	$(WITH_ENV) python -m specdec_helpers.preflight --profile $(PROFILE) $(if $(SMOKE),--smoke) $(foreach p,$(SET),--set $(p))
+	$(WITH_ENV) python -m tools.preflight --profile $(PROFILE) $(if $(SMOKE),--smoke) $(foreach p,$(SET),--set $(p))
 
 worth-it:
 	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...]"; exit 2; }
-	$(WITH_ENV) python -m specdec_helpers.runner --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
+	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
 
 test:
 	$(WITH_ENV) python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
+test-fast:
+	$(WITH_ENV) python -m pytest $(TEST_WORKERS) -m "not engine" $(PYTEST_ARGS) tests/unit
+
 demo:
-	$(WITH_ENV) python -m specdec_helpers.demo_page $(if $(filter command line environment,$(origin PROFILE)),--profile $(PROFILE)) $(foreach p,$(SET),--set $(p))
+	$(WITH_ENV) python -m tools.demo_page $(if $(filter command line environment,$(origin PROFILE)),--profile $(PROFILE)) $(foreach p,$(SET),--set $(p))
 
 reference:
 	@test -n "$(RUN)" || { echo "usage: make reference RUN=runs/<timestamp>-<profile> [PROFILE=...]"; exit 2; }
-	$(WITH_ENV) python -m specdec_helpers.reference build $(RUN) $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
+	$(WITH_ENV) python -m tools.build_reference $(RUN) $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
 
 lab:
 	$(WITH_ENV) jupyter lab notebooks/

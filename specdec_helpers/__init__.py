@@ -1,19 +1,18 @@
 """Helpers for the notebook series "Is Speculative Decoding Worth It?".
 
-The notebooks import what they need from the submodules; each module does one job:
+What the notebooks import, by responsibility (each subpackage imports only those above it):
 
-models      model names -> local directories (offline PyPI GGUF for cpu-tiny, hub for GPUs)
-drafts      distilled draft models for the CPU profile
-serving     start/stop vLLM servers (baseline and speculative), never leaving one running
-metrics     vLLM's speculative-decoding counters from /metrics (prometheus_client's parser)
-measure     timed streaming requests with acceptance attributed per request
-theory      the speculative-decoding cost model (expected tokens, speedup, best k)
-memory      weight and KV-cache budget of a target and a draft on one GPU
-prompts     prompt sets (JSONL) with line-numbered validation errors
-stats       medians, spread and bootstrap confidence intervals
-record      values recorded in a notebook for tests and the run report
-runs        the run folder (tables, figures, logs)
-runner      papermill execution of the series and index.html
+stats        medians, spread and bootstrap intervals (no project imports)
+report       the run folder, recorded values, provenance, "what you should see"
+engine       start and stop vLLM servers, never leaving one running; the CPU sampling fix
+models       model names -> one resolved model (directory, config, tokenizer), provisioned once
+measure      prompts, timed requests, /metrics counters, prefill/decode phases, concurrent load
+memory       weights and KV caches of a target and a draft in one budget
+costmodel    the cost model, acceptance summaries, candidates, the verdict
+preflight    checks before any server starts; setup_check and demo serve notebooks 00 and demo
+
+The series runner, the reference builder, the demo page and the preflight CLI are in ``tools/``;
+the draft distillation is in ``recipes/distill_drafts/``.
 """
 
 __version__ = "0.1.0"

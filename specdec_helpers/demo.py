@@ -28,9 +28,9 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from .measure import measure_prompts, measure_request, warm_up
-from .metrics import SpecCounters, read_spec_counters
-from .serving import ServerGroup, VLLMServer, core_share, cores_spec, usable_core_ids
+from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
+from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
+from specdec_helpers.engine.serving import ServerGroup, VLLMServer, core_share, cores_spec, usable_core_ids
 
 
 def split_cores(n_parts: int = 2) -> list[str]:

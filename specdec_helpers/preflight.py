@@ -39,7 +39,6 @@ Decisions (documented because a reader may want others):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -49,9 +48,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from . import memory
+from specdec_helpers import memory
 
-__all__ = ["PreflightError", "PreflightReport", "Check", "check_run", "main"]
+__all__ = ["PreflightError", "PreflightReport", "Check", "check_run"]
 
 GIB = 2**30
 #: Python, torch and vLLM's API server and engine core, per server, on a CPU (measured on
@@ -256,7 +255,7 @@ def _hub_model(name: str) -> _Model:
 
 
 def _local_model(name: str) -> _Model:
-    from .models import ModelError, resolve_model
+    from specdec_helpers.models.resolve import ModelError, resolve_model
 
     model = _Model(name)
     try:
@@ -423,7 +422,7 @@ def _shape(model: _Model) -> memory.ModelShape | None:
 
 def _gpu_spec(gpu_name: str | None, report: PreflightReport) -> tuple[memory.GPUSpec | None, bool, Any]:
     """The card to plan for: the visible GPU (its real memory) or the catalog's ``gpu_name``."""
-    from .provenance import visible_gpu
+    from specdec_helpers.report.provenance import visible_gpu
 
     gpu = visible_gpu()
     if gpu is not None:
@@ -615,7 +614,7 @@ def _check_cpu_memory(report: PreflightReport, target: _Model, drafts: list[_Mod
         return None
     draft_shapes = [s for s in (_shape(d) for d in drafts) if s is not None]
     # weights and KV in the dtype the server will run (float32 on CPUs without fast bf16: serving.py)
-    from .serving import cpu_serving_dtype
+    from specdec_helpers.engine.serving import cpu_serving_dtype
 
     served = cpu_serving_dtype("auto")
     biggest_draft = max(draft_shapes, key=lambda s: memory.weight_bytes(s, served), default=None)
@@ -683,7 +682,7 @@ def _check_vocab(report: PreflightReport, target: _Model, draft: _Model) -> None
             report.checks.append(Check(f"tokenizer: {draft.name} vs target", "-", "same ids", None,
                                        "tokenizers not available for both models: not compared", order=50))
         return
-    from .tokenizer_check import compare_tokenizers
+    from specdec_helpers.models.tokenizer_check import compare_tokenizers
 
     result = compare_tokenizers(target.tokenizer, draft.tokenizer, target_name=target.name, draft_name=draft.name)
     essential = ("vocabulary", "same ids on sample texts")
@@ -706,7 +705,7 @@ def _platform(profile: str) -> str:
     if profile.startswith("gpu"):
         return "gpu"
     try:
-        from .serving import vllm_install
+        from specdec_helpers.engine.serving import vllm_install
 
         return vllm_install().platform
     except Exception:
@@ -716,7 +715,7 @@ def _platform(profile: str) -> str:
 def _run_checks(*, profile: str, target_model: str, drafts: Sequence[str], requests: list[_Request],
                 max_model_len: int, servers: int, gpu_memory_utilization: float, cpu_kv_cache_gib: float,
                 gpu_name: str | None, chat_template_kwargs: dict | None) -> PreflightReport:
-    from .provenance import hardware
+    from specdec_helpers.report.provenance import hardware
 
     for name, value, low in (("max_model_len", max_model_len, 1), ("servers", servers, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -797,92 +796,3 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
     if not report.ok:
         raise PreflightError(report.message(), report)
     return report
-
-
-# ---------------------------------------------------------------------------------------------
-# a whole profile: what every notebook will send
-# ---------------------------------------------------------------------------------------------
-def profile_requests(params: dict[str, Any], tokenizer=None) -> list[_Request]:
-    """The requests the series' notebooks send for one profile's parameters."""
-    from .prompts import load_prompt_sets, load_prompts, select
-
-    kwargs = params.get("chat_template_kwargs") or None
-    max_tokens = int(params.get("max_tokens", 0))
-    per_class = params.get("prompts_per_class")
-    requests: list[_Request] = []
-    source = (load_prompts(params["prompts_file"]) if params.get("prompts_file")
-              else load_prompt_sets(["structured", "creative"]))
-    chosen = {p.id: p for p in select(source, limit_per_class=per_class)}
-    if not params.get("prompts_file"):  # notebook 06's load test: 8 structured prompts
-        chosen.update({p.id: p for p in select(load_prompt_sets(["structured"]), limit_per_class=8)})
-    for p in chosen.values():
-        requests.append(_Request(p.id, p, max_tokens or p.max_tokens, group="prompt sets",
-                                 parameter="", largest=None))
-    answer = int(params.get("context_answer_tokens", max_tokens or 32))
-    # notebook 06's long documents: sized in target tokens (prompts.long_document_for_tokens builds
-    # each at most that long)
-    for length in params.get("context_lengths") or []:
-        requests.append(_Request(f"{length:,}-token long document", [0] * int(length), answer,
-                                 group="long documents (context_lengths)", parameter="context_lengths",
-                                 largest=lambda room: f"the largest length that fits is {room:,} tokens"))
-    for length in params.get("prompt_lengths", []):
-        requests.append(_Request(f"{length}-token prefill prompt", [0] * int(length), 1,
-                                 group="prefill (prompt_lengths)", parameter="prompt_lengths",
-                                 largest=lambda room: f"the largest length that fits is {room:,} tokens"))
-    if max_tokens:
-        requests.append(_Request("64-token prompt + max_tokens (decode timing)", [0] * 64, max_tokens,
-                                 group="decode timing", parameter="fixed"))
-    ks = params.get("verify_ks") or []
-    if ks:
-        requests.append(_Request(f"256 cached + {max(ks)} new tokens (verify cost)", [0] * (256 + max(ks)), 1,
-                                 group="verify cost (verify_ks)", parameter="verify_ks",
-                                 largest=lambda room: f"the largest k that fits is {room - 256:,}"))
-    return requests
-
-
-def check_profile(name: str, smoke: bool = False, overrides: dict[str, Any] | None = None,
-                  servers: int = 2) -> PreflightReport:
-    """Run every check for a whole profile (what ``make preflight`` does); returns the report,
-    even when it refuses (look at ``report.ok``)."""
-    from .profiles import load_profile
-
-    params = load_profile(name, smoke=smoke)
-    params.update(overrides or {})
-    target_model = params["target_model"]
-    drafts = [params.get("draft_model")] + list(params.get("draft_candidates") or [])
-    target_tokenizer = _model(target_model).tokenizer
-    requests = profile_requests(params, target_tokenizer)
-    return _run_checks(profile=name, target_model=target_model, drafts=[d for d in drafts if d],
-                       requests=requests, max_model_len=int(params["max_model_len"]), servers=servers,
-                       gpu_memory_utilization=float(params.get("gpu_memory_utilization", 0.45)),
-                       cpu_kv_cache_gib=float(params.get("cpu_kv_cache_gib", 1)),
-                       gpu_name=params.get("gpu_name"),
-                       chat_template_kwargs=params.get("chat_template_kwargs") or None)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m specdec_helpers.preflight --profile X [--smoke] [--set NAME=VALUE]``: 0 when the
-    run fits, 2 (with the reasons) when it does not."""
-    parser = argparse.ArgumentParser(description="Check a profile's run before any server starts.")
-    parser.add_argument("--profile", default="cpu-coder")
-    parser.add_argument("--smoke", action="store_true", help="with the smoke (test) parameters")
-    parser.add_argument("--servers", type=int, default=2,
-                        help="servers running at once (2: baseline and speculative side by side)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a parameter, as for the runner")
-    args = parser.parse_args(argv)
-    from .profiles import ProfileError
-    from .runner import parse_overrides
-
-    try:
-        report = check_profile(args.profile, smoke=args.smoke, overrides=parse_overrides(args.set),
-                               servers=args.servers)
-    except (ProfileError, ValueError, OSError) as exc:
-        print(f"preflight could not check profile {args.profile}: {exc}", file=sys.stderr)
-        return 2
-    print(report)
-    return 0 if report.ok else 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

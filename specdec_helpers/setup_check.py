@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import memory
+from specdec_helpers import memory
 
 __all__ = [
     "SELF_DRAFT_SAFETY",
@@ -93,8 +93,8 @@ class ServerSizing:
 def cpu_ram_for(models: Sequence[Any], cpu_kv_cache_gib: float) -> tuple[float, float]:
     """(bytes one CPU server of these models needs, bytes free now), with the preflight's measured
     factors and the dtype the server will be started in (see ``serving.cpu_serving_dtype``)."""
-    from .preflight import _available_ram_bytes, cpu_servers_ram_bytes
-    from .serving import cpu_serving_dtype
+    from specdec_helpers.preflight import _available_ram_bytes, cpu_servers_ram_bytes
+    from specdec_helpers.engine.serving import cpu_serving_dtype
 
     served = cpu_serving_dtype("auto")
     weights = sum(memory.weight_bytes(memory.model_shape(m), served) for m in models)

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specdec_helpers.models import resolve_model
-from specdec_helpers.serving import VLLMServer, core_share, draft_model_config, ngram_config, usable_core_ids
+from specdec_helpers.models.resolve import resolve_model
+from specdec_helpers.engine.serving import VLLMServer, core_share, draft_model_config, ngram_config, usable_core_ids
 
 TARGET = "smollm2-135m-instruct"
 K = 4
@@ -132,11 +132,25 @@ def shared_servers_of(item: pytest.Item) -> set[str]:
     return names & set(SHARED_SERVERS)
 
 
+TIERS = Path(__file__).parent
+
+
+def tier_of(item: pytest.Item) -> str:
+    """``unit``, ``engine`` or ``notebooks``: the folder under tests/ the test lives in."""
+    return Path(item.path).relative_to(TIERS).parts[0]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests of the shared servers, and tests that need the machine, go to one group: on one worker,
-    a test that needs the machine (first, by file name) never meets the group's idle servers."""
+    """Mark every test of the engine and notebook tiers ``engine`` (and notebook tests ``notebook``),
+    so ``-m "not engine"`` is the fast tier. Tests of the shared servers, and tests that need the
+    machine, go to one group: on one worker, a test that needs the machine (first, by file name)
+    never meets the group's idle servers."""
     for item in items:
+        if tier_of(item) in ("engine", "notebooks"):
+            item.add_marker(pytest.mark.engine)
+        if tier_of(item) == "notebooks":
+            item.add_marker(pytest.mark.notebook)
         if shared_servers_of(item) or item.get_closest_marker("needs_the_machine"):
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUP))
 
@@ -217,6 +231,15 @@ def self_draft_server(target_dir, log_dir):
                       draft_model_config(target_dir, K, "probabilistic"))
 
 
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_server(request, monkeypatch):
+    """A test in tests/unit that starts a vLLM server fails, naming the tier it belongs in."""
+    if tier_of(request.node) == "unit":
+        def refuse(self, *args, **kwargs):
+            raise AssertionError("a unit test started a vLLM server: it belongs in tests/engine")
+        monkeypatch.setattr(VLLMServer, "start", refuse)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_running():
     """After the whole session, no process of any server the tests started may survive.
@@ -227,7 +250,7 @@ def nothing_left_running():
     yield
     import time
 
-    from specdec_helpers.serving import surviving_processes
+    from specdec_helpers.engine.serving import surviving_processes
 
     deadline = time.time() + 30
     while surviving_processes() and time.time() < deadline:

