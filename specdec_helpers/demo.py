@@ -1,19 +1,9 @@
 """The talk's live demo: a baseline and a speculative server, side by side, on the same prompt.
 
-``ServerPair`` keeps both servers running across notebook cells (the interactive panel needs them
-after its cell has finished), so it cannot live in one ``with`` block. It is stopped by its
-``stop()`` in the notebook's last cell, at kernel exit (atexit), and when the kernel dies
-(PR_SET_PDEATHSIG); nothing else holds it.
-
-How the two servers share the machine is a choice, and every number says which was made:
-
-* ``split_cpu_cores=True`` (CPU only): each server is pinned to its own half of the cores, so both
-  can answer at the same moment without slowing each other (a live race), but each runs on half
-  the machine: on 2 cores that halves its memory bandwidth and changes its speed and the draft's c.
-* ``split_cpu_cores=False``: both servers may use every core; they must then be asked one after
-  the other (``run_both(..., at_once=False)``), each with the machine to itself while it answers.
-  On a GPU the two servers always share one card (``gpu_memory_utilization`` 0.45 each, as in the
-  talk), so there too only one-after-the-other timings are fair.
+``ServerPair`` keeps both servers up across notebook cells (the panel needs them after its cell ends).
+How they share the machine is a choice every number states: ``split_cpu_cores=True`` (CPU) pins each to
+half the cores, so both can answer at once but each has half the memory bandwidth; otherwise (and on
+one GPU) only one-after-the-other timings are fair.
 """
 
 from __future__ import annotations
@@ -28,27 +18,23 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
+from specdec_helpers.engine.serving import VLLMServer, core_share, cores_spec
 from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
-from specdec_helpers.engine.serving import ServerGroup, VLLMServer, core_share, cores_spec, usable_core_ids
+from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
+from specdec_helpers.report.provenance import usable_core_ids
+
+MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
 
 def split_cores(n_parts: int = 2) -> list[str]:
-    """Disjoint core ranges for ``VLLM_CPU_OMP_THREADS_BIND``: '0' and '1' on a 2-core machine.
-
-    Built from the cores this process may use (not 0..n-1): under ``taskset -c 2,3`` the halves are
-    '2' and '3'. With fewer cores than parts, parts share the last core (and are then not "own").
-    """
+    """Disjoint ``VLLM_CPU_OMP_THREADS_BIND`` ranges of the cores this process may use (under
+    ``taskset -c 2,3``: '2' and '3'); with fewer cores than parts, parts share the last core."""
     cores = usable_core_ids()
     return [cores_spec(core_share(cores, i, n_parts)) for i in range(n_parts)]
 
 
 class ServerPair:
-    """Baseline and speculative servers of one target, started together.
-
-    ``split_cpu_cores``: on a CPU, pin each server to its own half of the cores (see the module
-    docstring for what that costs); ignored on a GPU.
-    """
+    """Baseline and speculative servers of one target; ``split_cpu_cores`` is ignored on a GPU."""
 
     def __init__(self, target_dir, speculative_config: dict[str, Any], split_cpu_cores: bool = True,
                  **server_options: Any):
@@ -57,7 +43,6 @@ class ServerPair:
                                       **server_options)
         if split_cpu_cores and self.baseline.install.platform == "cpu":
             self.baseline.cpu_threads_bind, self.speculative.cpu_threads_bind = split_cores(2)
-        self._group = ServerGroup([self.baseline, self.speculative])
 
     @property
     def servers(self) -> list[VLLMServer]:
@@ -80,7 +65,12 @@ class ServerPair:
         return f"one after the other{own}"
 
     def start(self) -> "ServerPair":
-        self._group.__enter__()
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     @property
@@ -88,13 +78,8 @@ class ServerPair:
         return self.baseline.running and self.speculative.running
 
     def measure(self, prompts: Sequence, temperatures: Sequence[float], **options: Any) -> pd.DataFrame:
-        """Every prompt at every temperature on both servers (``measure_prompts`` options pass through).
-
-        Started pair (:meth:`start`): both stay up and requests alternate per prompt, so slow drift
-        hits both alike. Not started: one server at a time, each alone on the machine (started,
-        warmed up, measured, stopped), for machines that cannot hold both at once, e.g. a float32
-        1.5B pair on 24 GB. Every request goes one at a time either way.
-        """
+        """Every prompt at every temperature on both, one request at a time: alternating when started (drift
+        hits both alike), else one server at a time (machines that cannot hold both, e.g. 1.5B fp32 on 24 GB)."""
         if self.running:
             for server in self.servers:
                 warm_up(server)
@@ -108,52 +93,39 @@ class ServerPair:
         return pd.concat(frames, ignore_index=True)
 
     def stop(self) -> None:
-        self._group.__exit__(None, None, None)
+        for server in self.servers:
+            server.stop()
 
     def run_both(self, messages: Sequence[dict], *, temperature: float, max_tokens: int,
                  seed: int = 0, at_once: bool | None = None) -> pd.DataFrame:
-        """The same request to both servers; the ``compared`` column says how.
-
-        ``at_once`` None (default): at the same moment only when each server has its own cores
-        (the talk's race, fair there), otherwise one after the other, so that neither slows the
-        other (on a GPU the two servers always share the card).
-        """
+        """The same request to both; ``compared`` says how (``at_once`` None: at once only on own cores)."""
         at_once = self.own_cores if at_once is None else at_once
-        if at_once:
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                futures = {s.name: pool.submit(measure_request, s, messages, temperature=temperature,
-                                               max_tokens=max_tokens, seed=seed) for s in self.servers}
-            measured = {name: future.result() for name, future in futures.items()}
-        else:
-            measured = {s.name: measure_request(s, messages, temperature=temperature, max_tokens=max_tokens,
-                                                seed=seed) for s in self.servers}
-        rows = []
-        for name, m in measured.items():
-            rows.append({"server": name, "text": m.result.text, "ttft_s": m.result.ttft_s,
-                         "e2e_s": m.result.e2e_s, "completion_tokens": m.result.completion_tokens,
-                         "decode_tokens_per_s": m.result.decode_tokens_per_s,
-                         "acceptance_rate": m.counters.acceptance_rate if name == "speculative" else float("nan")})
-        df = pd.DataFrame(rows)
-        base = df.set_index("server")
-        df["speedup_tokens_per_s"] = df["decode_tokens_per_s"] / base.loc["baseline", "decode_tokens_per_s"]
+        measured = _on_both(self.servers, at_once, lambda s: measure_request(
+            s, messages, temperature=temperature, max_tokens=max_tokens, seed=seed))
+        df = pd.DataFrame([{"server": name, "text": m.result.text, "ttft_s": m.result.ttft_s,
+                            "e2e_s": m.result.e2e_s, "completion_tokens": m.result.completion_tokens,
+                            "decode_tokens_per_s": m.result.decode_tokens_per_s,
+                            "acceptance_rate": m.counters.acceptance_rate if name == "speculative" else float("nan")}
+                           for name, m in measured.items()])
+        base = df.set_index("server").loc["baseline", "decode_tokens_per_s"]
+        df["speedup_tokens_per_s"] = df["decode_tokens_per_s"] / base
         df["compared"] = self.comparison(at_once)
         return df
 
 
+def _on_both(servers: Sequence[VLLMServer], at_once: bool, work: Callable[[VLLMServer], Any]) -> dict[str, Any]:
+    """``work(server)`` for each server: at the same moment (one thread each) or one after the other."""
+    if not at_once:
+        return {s.name: work(s) for s in servers}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {s.name: pool.submit(work, s) for s in servers}
+    return {name: future.result() for name, future in futures.items()}
+
+
 def demo_panel(pair: ServerPair, prompts_by_tab: dict[str, list], default_temperature: dict[str, float],
                max_tokens: int = 128):
-    """Tabs (e.g. Structured, Creative), a prompt picker and a free-text prompt, temperature and
-    max-token controls, and one button that sends the prompt to both servers; both answers stream
-    side by side with live TTFT and tokens/s, then acceptance and the speedup (see ``ArenaPanel``)."""
+    """Prompt tabs, sampling controls and one button; both answers stream side by side (``ArenaPanel``)."""
     return ArenaPanel(pair, prompts_by_tab, default_temperature, max_tokens).widget
-
-
-# ----------------------------------------------------------------------------- streaming side by side
-# The panel below streams both answers token by token so the room sees the speculative answer race
-# ahead: one thread per server consumes an OpenAI streaming response and updates its pane at most
-# ten times a second (more would flood the browser with widget messages).
-
-MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
 
 @dataclass
@@ -179,12 +151,8 @@ class LiveAnswer:
         return float("nan") if self.first_token_at is None else self.first_token_at - self.started
 
     @property
-    def e2e_s(self) -> float:
-        return (self.ended or time.perf_counter()) - self.started
-
-    @property
     def decode_tokens_per_s(self) -> float:
-        """Tokens after the first per second since the first (measure.py's definition), live."""
+        """Tokens after the first per second since the first (measure's definition), live."""
         if self.first_token_at is None or self.completion_tokens < 2:
             return float("nan")
         until = self.last_token_at if self.done and self.last_token_at else time.perf_counter()
@@ -194,30 +162,27 @@ class LiveAnswer:
     @property
     def e2e_tokens_per_s(self) -> float:
         """All tokens per second of the whole request, prefill included (what a user waits for)."""
-        return self.completion_tokens / self.e2e_s if self.done and self.e2e_s > 0 else float("nan")
+        span = self.ended - self.started if self.done else 0.0
+        return self.completion_tokens / span if self.done and span > 0 else float("nan")
 
     def stats_html(self) -> str:
-        parts = []
-        if self.first_token_at is not None:
-            parts.append(f"TTFT {self.ttft_s * 1000:.0f} ms")
+        parts = [] if self.first_token_at is None else [f"TTFT {self.ttft_s * 1000:.0f} ms"]
         if math.isfinite(self.decode_tokens_per_s):
             parts.append(f"{self.decode_tokens_per_s:.1f} tokens/s")
         parts.append(f"{self.completion_tokens} tokens")
         if self.counters is not None and self.counters.draft_tokens:
-            parts.append(f"acceptance {self.counters.acceptance_rate:.0%}")
-            parts.append(f"{self.counters.mean_acceptance_length:.2f} tokens per target pass")
-        state = "done" if self.done else "streaming..."
-        return f"<small>{' · '.join(parts)} · <i>{state}</i></small>"
+            parts += [f"acceptance {self.counters.acceptance_rate:.0%}",
+                      f"{self.counters.mean_acceptance_length:.2f} tokens per target pass"]
+        return f"<small>{' · '.join(parts)} · <i>{'done' if self.done else 'streaming...'}</i></small>"
 
 
 def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: float, max_tokens: int,
                 seed: int = 0, on_update: Callable[[LiveAnswer], None] | None = None,
                 min_interval_s: float = 0.1) -> LiveAnswer:
-    """Stream one chat completion, calling ``on_update`` as tokens arrive (throttled) and at the end.
+    """Stream one chat completion, calling ``on_update`` as tokens arrive and at the end.
 
-    Token counts come from the server (vLLM's ``continuous_usage_stats`` puts ``usage`` in every
-    chunk), so tokens/s is right although one speculative chunk can carry several tokens.
-    Acceptance: vLLM's counters before and after (each server serves only this request).
+    ``min_interval_s`` throttles updates (more would flood the browser with widget messages). Token
+    counts come from the server's ``continuous_usage_stats``: one speculative chunk can carry several.
     """
     answer = LiveAnswer(server=server.name)
     speculative = bool(server.speculative_config)
@@ -228,8 +193,7 @@ def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: fl
         stream = server.client().chat.completions.create(
             model=server.served_model_name, messages=list(messages), max_tokens=max_tokens,
             temperature=temperature, seed=seed, stream=True,
-            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
-        )
+            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
         shown = 0.0
         for chunk in stream:
             now = time.perf_counter()
@@ -258,21 +222,9 @@ def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: fl
 def race(pair: "ServerPair", messages: Sequence[dict], *, temperature: float, max_tokens: int,
          seed: int = 0, at_once: bool = True,
          on_update: Callable[[LiveAnswer], None] | None = None) -> dict[str, LiveAnswer]:
-    """The same request to the baseline and the speculative server, streamed.
-
-    ``at_once``: both at the same moment (the live race; fair on a CPU where ``ServerPair`` gives
-    each server its own cores, confounded on one shared GPU); otherwise one after the other, each
-    with the machine to itself (the fair number on a GPU, no race to watch).
-    """
-    def run(server: VLLMServer) -> LiveAnswer:
-        return stream_live(server, messages, temperature=temperature, max_tokens=max_tokens, seed=seed,
-                           on_update=on_update)
-
-    if not at_once:
-        return {s.name: run(s) for s in pair.servers}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {s.name: pool.submit(run, s) for s in pair.servers}
-    return {name: future.result() for name, future in futures.items()}
+    """The same request to both servers, streamed: at the same moment (the live race) or one after the other."""
+    return _on_both(pair.servers, at_once, lambda s: stream_live(
+        s, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, on_update=on_update))
 
 
 def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
@@ -289,10 +241,7 @@ def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
 
 
 class ArenaPanel:
-    """The widgets of the side-by-side demo; ``widget`` is what a notebook cell shows.
-
-    Every control carries a CSS class (``specdec-...``) so a browser test can find it.
-    """
+    """The widgets of the side-by-side demo; every control carries a ``specdec-...`` CSS class for browser tests."""
 
     def __init__(self, pair: "ServerPair", prompts_by_tab: dict[str, list],
                  default_temperature: dict[str, float], max_tokens: int = 128):
@@ -303,42 +252,33 @@ class ArenaPanel:
         self.tab_titles = list(prompts_by_tab)
         wide = {"description_width": "initial"}  # labels in full, never "temperat..."
         self.pickers = [w.Dropdown(options=[(f"{p.subcategory}: {p.user_text[:70]}", p) for p in prompts],
-                                   description="prompt", layout=w.Layout(width="98%"), style=wide)
-                        for prompts in prompts_by_tab.values()]
-        for title, picker in zip(self.tab_titles, self.pickers):
-            picker.add_class(f"specdec-picker-{title.lower()}")
+                                   description="prompt", layout=w.Layout(width="98%"), style=wide
+                                   ).add_class(f"specdec-picker-{title.lower()}")
+                        for title, prompts in prompts_by_tab.items()]
         self.tabs = w.Tab(children=[w.VBox([p]) for p in self.pickers], titles=self.tab_titles)
         self.tabs.add_class("specdec-tabs")
         self.free_text = w.Textarea(placeholder="...or type your own prompt (used instead of the picked one "
-                                    "when not empty)", layout=w.Layout(width="98%", height="3.5em"))
-        self.free_text.add_class("specdec-free-text")
+                                    "when not empty)", layout=w.Layout(width="98%", height="3.5em")
+                                    ).add_class("specdec-free-text")
         first = self.tab_titles[0] if self.tab_titles else ""
         self.temperature = w.FloatSlider(value=default_temperature.get(first, 0.0), min=0.0, max=1.5, step=0.1,
                                          description="temperature", style=wide)
         self.max_tokens = w.IntSlider(value=max_tokens, min=8, max=MAX_TOKENS_LIMIT, step=8,
                                       description="max tokens", style=wide)
         self.mode = w.ToggleButtons(options=[("side by side", True), ("one after the other", False)],
-                                    value=bool(getattr(pair, "own_cores", True)), style={"button_width": "auto"})
-        self.mode.add_class("specdec-mode")
+                                    value=bool(getattr(pair, "own_cores", True)), style={"button_width": "auto"}
+                                    ).add_class("specdec-mode")
         self.button = w.Button(description="Send to both", button_style="primary", icon="play")
         self.button.add_class("specdec-send")
-        self.panes: dict[str, tuple[w.HTML, w.HTML]] = {}
-        columns = []
-        for server in pair.servers:
-            stats, text = w.HTML(), w.HTML()
-            stats.add_class(f"specdec-stats-{server.name}")
-            text.add_class(f"specdec-answer-{server.name}")
-            self.panes[server.name] = (stats, text)
-            columns.append(w.VBox([w.HTML(f"<b>{html.escape(server.name)}</b>"), stats, text],
-                                  layout=w.Layout(width="50%", padding="0 6px")))
-        self.summary = w.HTML()
-        self.summary.add_class("specdec-summary")
+        self.panes = {s.name: (w.HTML().add_class(f"specdec-stats-{s.name}"),
+                               w.HTML().add_class(f"specdec-answer-{s.name}")) for s in pair.servers}
+        columns = [w.VBox([w.HTML(f"<b>{html.escape(name)}</b>"), *pane],
+                          layout=w.Layout(width="50%", padding="0 6px")) for name, pane in self.panes.items()]
+        self.summary = w.HTML().add_class("specdec-summary")
         self.tabs.observe(self._on_tab, names="selected_index")
         self.button.on_click(self._on_click)
-        self.widget = w.VBox([self.tabs, self.free_text,
-                              w.HBox([self.temperature, self.max_tokens]),
-                              w.HBox([self.mode, self.button]),
-                              w.HBox(columns), self.summary])
+        self.widget = w.VBox([self.tabs, self.free_text, w.HBox([self.temperature, self.max_tokens]),
+                              w.HBox([self.mode, self.button]), w.HBox(columns), self.summary])
         self.widget.add_class("specdec-arena")
 
     def _on_tab(self, change) -> None:

@@ -1,21 +1,12 @@
 """Plumbing for notebook 00 (setup check): size its servers from the memory plan, and explain a
 greedy answer that is not token-identical to the baseline's.
 
-Why a module: the setup check starts the target as its *own* draft, a machinery check in which
-every proposal should be accepted. That doubles the target's weights and its KV bytes per token,
-which a CPU's RAM absorbs easily but a GPU at ``gpu_memory_utilization=0.45`` may not (an 8B
-target drafting for itself on an 80 GB card leaves room for only a few thousand KV tokens, and
-vLLM refuses to start when ``max_model_len`` is longer than its KV cache). So the check asks for
-no more context than its requests need, checks that against :mod:`specdec_helpers.memory`, and
-falls back to the profile's real draft when the self-draft does not fit.
-
-Greedy (temperature 0) speculative output is the target's own output, *in exact arithmetic*. In
-bf16 it can differ: a verify pass scores k+1 positions in one batched matrix multiply while plain
-decoding scores one position at a time, the sums are rounded in a different order, and where the
-target's two best tokens are nearly tied the rounding can pick the other one. From there the two
-answers go separate ways. :func:`explain_divergence` finds the first differing token and reads the
-baseline's log-probabilities of both candidates there: a small gap is such a tie; a large one
-would be a bug.
+The check starts the target as its *own* draft, doubling its weights and KV bytes per token: easy for
+a CPU's RAM, not for a GPU at ``gpu_memory_utilization=0.45`` (an 8B self-draft on an 80 GB card
+leaves a few thousand KV tokens). So it asks for no more context than its requests need and falls
+back to the profile's draft when the self-draft does not fit. Greedy speculative output is the
+target's own only *in exact arithmetic*: in bf16 a verify pass rounds differently from one-token
+decoding, and a near tie of the target's two best tokens can flip (:func:`explain_divergence`).
 """
 
 from __future__ import annotations
@@ -24,24 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from specdec_helpers import memory
-
-__all__ = [
-    "SELF_DRAFT_SAFETY",
-    "NEAR_TIE_LOGIT_GAP",
-    "ServerSizing",
-    "setup_context_len",
-    "size_setup_servers",
-    "GreedyAnswer",
-    "Divergence",
-    "greedy_answer",
-    "first_char_difference",
-    "explain_divergence",
-]
-
-#: The memory plan's activation reserve is an estimate; the self-draft is used on a GPU only when
-#: its context needs at most this share of the largest context the plan says fits.
-SELF_DRAFT_SAFETY = 0.75
+from specdec_helpers import memory, preflight
+from specdec_helpers.costmodel.analysis import first_difference
+from specdec_helpers.models.resolve import ResolvedModel
 
 #: A split between two greedy answers is called a near tie when the baseline's logits of the two
 #: candidate tokens differ by at most this much (e^1: one candidate at most 2.7 times as likely as
@@ -50,37 +26,18 @@ SELF_DRAFT_SAFETY = 0.75
 NEAR_TIE_LOGIT_GAP = 1.0
 
 
-# --------------------------------------------------------------------------------------
-# Sizing the setup check's servers
-# --------------------------------------------------------------------------------------
-
-
 def setup_context_len(needed_tokens: int, max_model_len: int, floor: int = 2048, step: int = 1024) -> int:
-    """The ``max_model_len`` the setup check's servers ask for: what its longest request needs
-    (prompt + answer), rounded up to ``step`` and at least ``floor``, never above the profile's
-    ``max_model_len``. A short context keeps a self-drafting server inside its KV cache.
-
-    >>> setup_context_len(420, 32768)
-    2048
-    >>> setup_context_len(2100, 32768)
-    3072
-    >>> setup_context_len(420, 1024)
-    1024
-    """
+    """The ``max_model_len`` the setup check's servers ask for: its longest request (prompt + answer)
+    rounded up to ``step``, at least ``floor``, never above the profile's ``max_model_len``."""
     if needed_tokens < 1 or max_model_len < 1:
         raise ValueError("needed_tokens and max_model_len must be positive token counts")
-    wanted = max(floor, math.ceil(needed_tokens / step) * step)
-    return min(max_model_len, wanted)
+    return min(max_model_len, max(floor, math.ceil(needed_tokens / step) * step))
 
 
 @dataclass(frozen=True)
 class ServerSizing:
-    """What the setup check's speculative server runs with, and why.
-
-    ``draft`` is the model the draft server loads (the target itself, or the profile's draft);
-    ``fits_tokens`` the largest context the plan allows for that pairing (KV tokens of the CPU's
-    KV space, or :func:`memory.max_context_len` on a GPU); ``reason`` one sentence for the reader.
-    """
+    """What the setup check's speculative server runs with, and why: ``draft`` the model the draft server
+    loads (the target or the profile's draft), ``fits_tokens`` the largest context the plan allows."""
 
     draft: str
     self_draft: bool
@@ -90,53 +47,43 @@ class ServerSizing:
     plans: dict[str, Any] = field(default_factory=dict)
 
 
-def cpu_ram_for(models: Sequence[Any], cpu_kv_cache_gib: float) -> tuple[float, float]:
-    """(bytes one CPU server of these models needs, bytes free now), with the preflight's measured
-    factors and the dtype the server will be started in (see ``serving.cpu_serving_dtype``)."""
-    from specdec_helpers.preflight import _available_ram_bytes, cpu_servers_ram_bytes
+def _shape(model: Any) -> memory.ModelShape:
+    return model.shape if isinstance(model, ResolvedModel) else memory.model_shape(model)
+
+
+def cpu_ram_for(shapes: Sequence[memory.ModelShape], cpu_kv_cache_gib: float) -> tuple[float, float]:
+    """(bytes one CPU server of these models needs, by the preflight's formula and in its served dtype, bytes free)."""
     from specdec_helpers.engine.serving import cpu_serving_dtype
 
-    served = cpu_serving_dtype("auto")
-    weights = sum(memory.weight_bytes(memory.model_shape(m), served) for m in models)
-    return cpu_servers_ram_bytes(weights, 1, cpu_kv_cache_gib), float(_available_ram_bytes())
+    weights = sum(memory.weight_bytes(s, cpu_serving_dtype("auto")) for s in shapes)
+    return preflight.cpu_servers_ram_bytes(weights, 1, cpu_kv_cache_gib), float(preflight.available_ram_bytes())
 
 
-def size_setup_servers(
-    *,
-    platform: str,
-    target: Any,
-    target_key: str,
-    profile_draft: Any | None,
-    profile_draft_key: str | None,
-    needed_tokens: int,
-    max_model_len: int,
-    gpu: Any = None,
-    gpu_memory_utilization: float = 0.45,
-    cpu_kv_cache_gib: float = 1,
-    kv_dtype: str = "bf16",
-    safety: float = SELF_DRAFT_SAFETY,
-) -> ServerSizing:
+def size_setup_servers(*, platform: str, target: Any, target_key: str, profile_draft: Any | None,
+                       profile_draft_key: str | None, needed_tokens: int, max_model_len: int, gpu: Any = None,
+                       gpu_memory_utilization: float = 0.45, cpu_kv_cache_gib: float = 1, kv_dtype: str = "bf16",
+                       safety: float) -> ServerSizing:
     """Choose the draft and the context of the setup check's draft-model server.
 
-    ``target`` and ``profile_draft`` are anything :func:`memory.model_shape` accepts (a catalog
-    name or a model directory); ``*_key`` are the profile's names, returned in ``draft``.
-
-    * CPU: vLLM gets exactly ``cpu_kv_cache_gib`` of KV space, so the self-draft is used when that
-      space holds one sequence and a second copy of the target fits in free RAM; otherwise the
-      profile's draft (a float32 1.5B target twice needs ~22 GiB).
-    * GPU (``gpu`` a catalog name or :class:`memory.GPUSpec`): the self-draft is used when the
-      setup context is at most ``safety`` x the largest context the plan allows; otherwise the
-      profile's real draft, if that fits; otherwise :class:`memory.BudgetError` says what to change.
+    ``target`` and ``profile_draft``: a :class:`ResolvedModel` or anything :func:`memory.model_shape`
+    takes (a catalog name, a model directory); ``*_key`` are the profile's names, returned in ``draft``.
+    On a CPU (exactly ``cpu_kv_cache_gib`` of KV space) the self-draft is used when that space holds one
+    sequence and a second copy of the target fits in free RAM, else the profile's draft (a float32 1.5B
+    target twice needs ~22 GiB). On a GPU (``gpu`` a catalog name or ``memory.GPUSpec``) the self-draft
+    is used when the setup context is at most ``safety`` x the largest the plan allows (notebook 00 says why), else the
+    profile's draft if that fits, else :class:`memory.BudgetError` says what to change.
     """
     context = setup_context_len(needed_tokens, max_model_len)
+    target = _shape(target)  # read once, then passed to every plan; the draft's only when it is needed
     if platform == "cpu":
-        fits = memory.kv_tokens_for_space([target, target], cpu_kv_cache_gib * memory.GIB, kv_dtype=kv_dtype)
+        space = cpu_kv_cache_gib * memory.GIB
+        fits = memory.kv_tokens_for_space([target, target], space, kv_dtype=kv_dtype)
         ram_needed, ram_free = cpu_ram_for([target, target], cpu_kv_cache_gib)
         if ram_needed > ram_free and profile_draft is not None and profile_draft_key is not None:
             # a second copy of the target does not fit in memory: the profile's (smaller) draft does the job
-            fits = memory.kv_tokens_for_space([target, profile_draft], cpu_kv_cache_gib * memory.GIB,
-                                              kv_dtype=kv_dtype)
-            draft_needed, _ = cpu_ram_for([target, profile_draft], cpu_kv_cache_gib)
+            draft = _shape(profile_draft)
+            fits = memory.kv_tokens_for_space([target, draft], space, kv_dtype=kv_dtype)
+            draft_needed, _ = cpu_ram_for([target, draft], cpu_kv_cache_gib)
             return ServerSizing(profile_draft_key, False, context, fits,
                                 f"the target drafting for itself needs about {ram_needed / memory.GIB:.1f} GiB of "
                                 f"RAM and {ram_free / memory.GIB:.1f} GiB are free; the profile's draft needs "
@@ -155,6 +102,7 @@ def size_setup_servers(
 
     spec = memory.gpu_spec(gpu)
     plan = dict(gpu=spec, gpu_memory_utilization=gpu_memory_utilization, kv_dtype=kv_dtype)
+    on = f"{spec.name} at gpu_memory_utilization={gpu_memory_utilization:g}"
     plans: dict[str, Any] = {"gpu": spec.name}
     try:
         self_fits = memory.max_context_len(target, target, **plan)
@@ -167,31 +115,24 @@ def size_setup_servers(
                             f"tokens for target + self-draft; the check needs {context:,}", plans)
     if profile_draft is None or profile_draft_key is None:
         raise memory.BudgetError(
-            f"the target drafting for itself does not fit {spec.name} at gpu_memory_utilization="
-            f"{gpu_memory_utilization:g} (room for {self_fits:,} KV tokens, the check needs {context:,} "
-            f"with a {safety:.0%} margin) and the profile names no draft_model; raise "
+            f"the target drafting for itself does not fit {on} (room for {self_fits:,} KV tokens, the check "
+            f"needs {context:,} with a {safety:.0%} margin) and the profile names no draft_model; raise "
             f"gpu_memory_utilization or set draft_model")
     try:
-        draft_fits = memory.max_context_len(target, profile_draft, **plan)
+        draft_fits = memory.max_context_len(target, _shape(profile_draft), **plan)
     except memory.BudgetError as exc:
-        raise memory.BudgetError(
-            f"neither the target drafting for itself nor the profile's draft {profile_draft_key} fits "
-            f"{spec.name} at gpu_memory_utilization={gpu_memory_utilization:g}: {exc}") from exc
+        raise memory.BudgetError(f"neither the target drafting for itself nor the profile's draft "
+                                 f"{profile_draft_key} fits {on}: {exc}") from exc
     plans["profile_draft_fits_tokens"] = draft_fits
     if context > draft_fits:
         raise memory.ContextTooLongError(
-            f"even with the profile's draft {profile_draft_key}, {spec.name} at gpu_memory_utilization="
-            f"{gpu_memory_utilization:g} leaves room for {draft_fits:,} KV tokens, less than the "
-            f"{context:,} the setup check needs; raise gpu_memory_utilization", max_context_len=draft_fits)
-    why = (f"the target drafting for itself would leave {self_fits:,} KV tokens on {spec.name} at "
-           f"{gpu_memory_utilization:g}, too few for {context:,} with a margin; the profile's draft "
-           f"leaves {draft_fits:,}")
-    return ServerSizing(profile_draft_key, False, context, draft_fits, why, plans)
-
-
-# --------------------------------------------------------------------------------------
-# Greedy answers and where they part
-# --------------------------------------------------------------------------------------
+            f"even with the profile's draft {profile_draft_key}, {on} leaves room for {draft_fits:,} KV "
+            f"tokens, less than the {context:,} the setup check needs; raise gpu_memory_utilization",
+            max_context_len=draft_fits)
+    return ServerSizing(profile_draft_key, False, context, draft_fits,
+                        f"the target drafting for itself would leave {self_fits:,} KV tokens on {spec.name} at "
+                        f"{gpu_memory_utilization:g}, too few for {context:,} with a margin; the profile's draft "
+                        f"leaves {draft_fits:,}", plans)
 
 
 @dataclass
@@ -220,35 +161,16 @@ def greedy_answer(server, messages: Sequence[dict], max_tokens: int, top_logprob
     )
     choice = response.choices[0]
     content = (choice.logprobs.content if choice.logprobs else None) or []
-    return GreedyAnswer(
-        text=choice.message.content or "",
-        tokens=[c.token for c in content],
-        logprobs=[float(c.logprob) for c in content],
-        top=[{t.token: float(t.logprob) for t in (c.top_logprobs or [])} for c in content],
-    )
-
-
-def first_char_difference(a: str, b: str) -> int | None:
-    """Index of the first character where ``a`` and ``b`` differ (the shorter length when one is a
-    prefix of the other), or None when they are equal.
-
-    >>> first_char_difference("abc", "abd"), first_char_difference("ab", "abc"), first_char_difference("x", "x")
-    (2, 2, None)
-    """
-    if a == b:
-        return None
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
+    return GreedyAnswer(text=choice.message.content or "", tokens=[c.token for c in content],
+                        logprobs=[float(c.logprob) for c in content],
+                        top=[{t.token: float(t.logprob) for t in (c.top_logprobs or [])} for c in content])
 
 
 @dataclass(frozen=True)
 class Divergence:
-    """Where another server's greedy answer leaves the baseline's, read from the baseline's
-    log-probabilities. ``logit_gap`` = log p(baseline token) - log p(other token), which equals
-    the difference of their logits; when the other token is not among the baseline's top
-    candidates, ``logit_gap`` is a lower bound (``gap_is_lower_bound``)."""
+    """Where another server's greedy answer leaves the baseline's, read from the baseline's log-probabilities.
+    ``logit_gap`` = log p(baseline token) - log p(other token), the difference of their logits; a lower
+    bound (``gap_is_lower_bound``) when the other token is not among the baseline's top candidates."""
 
     char_offset: int
     position: int | None
@@ -260,12 +182,7 @@ class Divergence:
     gap_is_lower_bound: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "char_offset": self.char_offset, "position": self.position,
-            "baseline_token": self.baseline_token, "other_token": self.other_token,
-            "baseline_prob": self.baseline_prob, "other_prob": self.other_prob,
-            "logit_gap": self.logit_gap, "gap_is_lower_bound": self.gap_is_lower_bound,
-        }
+        return dict(self.__dict__)
 
 
 def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | None:
@@ -276,7 +193,7 @@ def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | 
     the other text continues with; when none matches (a rarer token, or the other answer ended
     there), ``other_token`` is the other text's next characters and the gap a lower bound.
     """
-    offset = first_char_difference(baseline.text, other_text)
+    offset = first_difference(baseline.text, other_text)
     if offset is None:
         return None
     if not baseline.tokens or not baseline.tokens_cover_text:
@@ -304,7 +221,6 @@ def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | 
             return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp),
                               chosen_lp - other_lp)
     chosen, chosen_lp = baseline.tokens[position], baseline.logprobs[position]
-    rest = other_text[start:]
     floor = min(baseline.top[position].values()) if baseline.top[position] else None
-    return Divergence(offset, position, chosen, rest[:8] or "(end of answer)", math.exp(chosen_lp), None,
-                      None if floor is None else chosen_lp - floor, gap_is_lower_bound=floor is not None)
+    return Divergence(offset, position, chosen, other_text[start:][:8] or "(end of answer)", math.exp(chosen_lp),
+                      None, None if floor is None else chosen_lp - floor, gap_is_lower_bound=floor is not None)

@@ -3,7 +3,8 @@
     python -m tools.build_reference runs/<timestamp>-<profile> [--profile NAME] [--out DIR]
 
 ``make reference RUN=...`` calls this. It keeps, per notebook, the recorded values that
-``specdec_helpers.report.reference.SPEC`` names, the run's parameters and its hardware.
+``specdec_helpers.report.reference.SPEC`` (data/reference/spec.yaml) names, the run's parameters
+and its hardware, and copies the headline figure.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from specdec_helpers.report.record import read_records
-from specdec_helpers.report.reference import (FORMAT_VERSION, HEADLINE_FIGURE, REFERENCE_DIR, SPEC,
-                                              ReferenceError, expand)
+from specdec_helpers.report.reference import REFERENCE_DIR, SPEC, ReferenceError, expand
 from specdec_helpers.report.runs import REPO_ROOT
+
+FORMAT_VERSION = 1
+# The README's headline figure: notebook 05's 2 x 2 (task class x temperature) speedup chart.
+HEADLINE_FIGURE = "05_acceptance_and_speedup.png"
+
 
 def _executed_notebooks(run_dir: Path) -> list[Path]:
     folder = run_dir / "notebooks"

@@ -11,43 +11,47 @@ import argparse
 import sys
 from typing import Any
 
-from specdec_helpers.preflight import PreflightReport, _model, _Request, _run_checks
+from specdec_helpers.measure.load import LOAD_PROMPTS_PER_CLASS
+from specdec_helpers.measure.phases import ITL_PROMPT_TOKENS, VERIFY_BASE_TOKENS
+from specdec_helpers.preflight import PreflightReport, Request, run_checks
 
 
-def profile_requests(params: dict[str, Any], tokenizer=None) -> list[_Request]:
-    """The requests the series' notebooks send for one profile's parameters."""
+def profile_requests(params: dict[str, Any]) -> list[Request]:
+    """The requests the series' notebooks send for one profile's parameters (sizes from the notebooks'
+    own constants)."""
     from specdec_helpers.measure.prompts import load_prompt_sets, load_prompts, select
 
     max_tokens = int(params.get("max_tokens", 0))
     per_class = params.get("prompts_per_class")
-    requests: list[_Request] = []
+    requests: list[Request] = []
     source = (load_prompts(params["prompts_file"]) if params.get("prompts_file")
               else load_prompt_sets(["structured", "creative"]))
     chosen = {p.id: p for p in select(source, limit_per_class=per_class)}
-    if not params.get("prompts_file"):  # notebook 06's load test: 8 structured prompts
-        chosen.update({p.id: p for p in select(load_prompt_sets(["structured"]), limit_per_class=8)})
+    if not params.get("prompts_file"):  # notebook 06's load test: structured prompts
+        load_test = select(load_prompt_sets(["structured"]), limit_per_class=LOAD_PROMPTS_PER_CLASS)
+        chosen.update({p.id: p for p in load_test})
     for p in chosen.values():
-        requests.append(_Request(p.id, p, max_tokens or p.max_tokens, group="prompt sets",
-                                 parameter="", largest=None))
+        requests.append(Request(p.id, p, max_tokens or p.max_tokens, group="prompt sets", parameter="", largest=None))
     answer = int(params.get("context_answer_tokens", max_tokens or 32))
     # notebook 06's long documents: sized in target tokens (prompts.long_document_for_tokens builds
     # each at most that long)
     for length in params.get("context_lengths") or []:
-        requests.append(_Request(f"{length:,}-token long document", [0] * int(length), answer,
-                                 group="long documents (context_lengths)", parameter="context_lengths",
-                                 largest=lambda room: f"the largest length that fits is {room:,} tokens"))
+        requests.append(Request(f"{length:,}-token long document", [0] * int(length), answer,
+                                group="long documents (context_lengths)", parameter="context_lengths",
+                                largest=lambda room: f"the largest length that fits is {room:,} tokens"))
     for length in params.get("prompt_lengths", []):
-        requests.append(_Request(f"{length}-token prefill prompt", [0] * int(length), 1,
-                                 group="prefill (prompt_lengths)", parameter="prompt_lengths",
-                                 largest=lambda room: f"the largest length that fits is {room:,} tokens"))
+        requests.append(Request(f"{length}-token prefill prompt", [0] * int(length), 1,
+                                group="prefill (prompt_lengths)", parameter="prompt_lengths",
+                                largest=lambda room: f"the largest length that fits is {room:,} tokens"))
     if max_tokens:
-        requests.append(_Request("64-token prompt + max_tokens (decode timing)", [0] * 64, max_tokens,
-                                 group="decode timing", parameter="fixed"))
+        requests.append(Request(f"{ITL_PROMPT_TOKENS}-token prompt + max_tokens (decode timing)",
+                                [0] * ITL_PROMPT_TOKENS, max_tokens, group="decode timing", parameter="fixed"))
     ks = params.get("verify_ks") or []
     if ks:
-        requests.append(_Request(f"256 cached + {max(ks)} new tokens (verify cost)", [0] * (256 + max(ks)), 1,
-                                 group="verify cost (verify_ks)", parameter="verify_ks",
-                                 largest=lambda room: f"the largest k that fits is {room - 256:,}"))
+        requests.append(Request(f"{VERIFY_BASE_TOKENS} cached + {max(ks)} new tokens (verify cost)",
+                                [0] * (VERIFY_BASE_TOKENS + max(ks)), 1, group="verify cost (verify_ks)",
+                                parameter="verify_ks",
+                                largest=lambda room: f"the largest k that fits is {room - VERIFY_BASE_TOKENS:,}"))
     return requests
 
 
@@ -59,16 +63,12 @@ def check_profile(name: str, smoke: bool = False, overrides: dict[str, Any] | No
 
     params = load_profile(name, smoke=smoke)
     params.update(overrides or {})
-    target_model = params["target_model"]
     drafts = [params.get("draft_model")] + list(params.get("draft_candidates") or [])
-    target_tokenizer = _model(target_model).tokenizer
-    requests = profile_requests(params, target_tokenizer)
-    return _run_checks(profile=name, target_model=target_model, drafts=[d for d in drafts if d],
-                       requests=requests, max_model_len=int(params["max_model_len"]), servers=servers,
-                       gpu_memory_utilization=float(params.get("gpu_memory_utilization", 0.45)),
-                       cpu_kv_cache_gib=float(params.get("cpu_kv_cache_gib", 1)),
-                       gpu_name=params.get("gpu_name"),
-                       chat_template_kwargs=params.get("chat_template_kwargs") or None)
+    return run_checks(profile=name, target_model=params["target_model"], drafts=[d for d in drafts if d],
+                      requests=profile_requests(params), max_model_len=int(params["max_model_len"]), servers=servers,
+                      gpu_memory_utilization=float(params.get("gpu_memory_utilization", 0.45)),
+                      cpu_kv_cache_gib=float(params.get("cpu_kv_cache_gib", 1)), gpu_name=params.get("gpu_name"),
+                      chat_template_kwargs=params.get("chat_template_kwargs") or None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ exit code 2, instead of failing in every notebook with a stack trace.
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import sys
 import time
@@ -48,7 +47,8 @@ def find_notebooks(selection: list[str] | None = None) -> list[Path]:
     if selection:
         found = [p for p in found if any(p.name.startswith(s) for s in selection)]
         if not found:
-            raise SystemExit(f"No notebook matches {selection}; have: {[p.name for p in NOTEBOOKS_DIR.glob('*.ipynb')]}")
+            have = [p.name for p in NOTEBOOKS_DIR.glob("*.ipynb")]
+            raise SystemExit(f"No notebook matches {selection}; have: {have}")
     return found
 
 
@@ -118,44 +118,40 @@ def _format(value: Any) -> str:
     return str(value)
 
 
-def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any]) -> Path:
-    """A single page linking every executed notebook, its key numbers and its figures."""
-    rows = []
-    for run in runs:
-        status = "ok" if run.ok else "FAILED"
-        links = " ".join(
-            f'<a href="notebooks/{p.name}">{p.suffix[1:]}</a>'
-            for p in (run.output.with_suffix(".html"), run.output) if p.exists()
-        )
-        records = "".join(
-            f"<tr><td>{html.escape(k)}</td><td>{html.escape(_format(v))}</td></tr>"
-            for k, v in run.records.items()
-        )
-        error = f'<pre class="err">{html.escape(run.error)}</pre>' if run.error else ""
-        rows.append(
-            f"<h2>{html.escape(run.name)} <small>{status}, {run.seconds:.0f} s, {links}</small></h2>"
-            f"{error}<table>{records}</table>"
-        )
-    figures = "".join(
-        f'<figure><img src="figures/{p.name}" alt="{html.escape(p.stem)}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
-        for p in sorted((run_dir / "figures").glob("*.png"))
-    )
-    results = '<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>' \
-        if (run_dir / "results.csv").exists() else ""
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Is speculative decoding worth it? Run {html.escape(run_dir.name)}</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}}
-table{{border-collapse:collapse}}td{{border:1px solid #ccc;padding:2px 8px;font-size:90%}}
-.err{{background:#fee;padding:.5em;white-space:pre-wrap}}figure{{display:inline-block;width:48%;margin:0 1% 1em 0}}
-img{{width:100%}}small{{font-weight:normal;color:#555}}</style></head><body>
+INDEX_TEMPLATE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>Is speculative decoding worth it? Run {{ name }}</title>
+<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}
+table{border-collapse:collapse}td{border:1px solid #ccc;padding:2px 8px;font-size:90%}
+.err{background:#fee;padding:.5em;white-space:pre-wrap}figure{display:inline-block;width:48%;margin:0 1% 1em 0}
+img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 <h1>Is speculative decoding worth it?</h1>
-<p>Run <code>{html.escape(run_dir.name)}</code>, profile <b>{html.escape(profile)}</b>, started
-{html.escape(run_dir.name[:15])}. Parameters: <code>{html.escape(json.dumps(params))}</code></p>
-{results}
-{''.join(rows)}
-<h2>Figures</h2>{figures or '<p>(none)</p>'}
+<p>Run <code>{{ name }}</code>, profile <b>{{ profile }}</b>, started
+{{ name[:15] }}. Parameters: <code>{{ params }}</code></p>
+{% if results %}<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>{% endif %}
+{% for run in runs -%}
+<h2>{{ run.name }} <small>{{ "ok" if run.ok else "FAILED" }}, {{ "%.0f" | format(run.seconds) }} s,
+{%- for link in run.links %} <a href="notebooks/{{ link.name }}">{{ link.suffix[1:] }}</a>{% endfor %}</small></h2>
+{%- if run.error %}<pre class="err">{{ run.error }}</pre>{% endif -%}
+<table>{% for key, value in run.records.items() %}<tr><td>{{ key }}</td><td>{{ show(value) }}</td></tr>
+{%- endfor %}</table>
+{% endfor %}
+<h2>Figures</h2>
+{%- for figure in figures %}<figure><img src="figures/{{ figure.name }}" alt="{{ figure.stem }}">
+<figcaption>{{ figure.stem }}</figcaption></figure>{% else %}<p>(none)</p>{% endfor %}
 </body></html>
 """
+
+
+def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any]) -> Path:
+    """A single page linking every executed notebook, its key numbers and its figures."""
+    import jinja2
+
+    template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
+    page = template.render(
+        name=run_dir.name, profile=profile, params=json.dumps(params), show=_format,
+        results=(run_dir / "results.csv").exists(), figures=sorted((run_dir / "figures").glob("*.png")),
+        runs=[{"name": r.name, "ok": r.ok, "seconds": r.seconds, "error": r.error, "records": r.records,
+               "links": [p for p in (r.output.with_suffix(".html"), r.output) if p.exists()]} for r in runs])
     path = run_dir / "index.html"
     path.write_text(page)
     return path
@@ -223,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     for notebook in find_notebooks(args.notebooks):
         print(f"executing {notebook.name} ...", flush=True)
         run = execute(notebook, params, run_dir)
-        print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s" + (f": {run.error[:300]}" if run.error else ""))
+        error = f": {run.error[:300]}" if run.error else ""
+        print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s{error}")
         runs.append(run)
     combine_results(run_dir)
     index = write_index(run_dir, runs, args.profile, params)

@@ -1,16 +1,6 @@
-"""Notebook 04's draft recommendation, handed to the notebooks after it (05, 06).
-
-Notebook 04 measures the candidates and recommends one; later notebooks should test *that* draft
-when there is a recommendation from the same run, and say so, rather than silently hard-code one.
-Two places hold it, checked in this order:
-
-* ``<run_dir>/notebooks/04_choosing_a_draft.ipynb``: the executed copy that ``make run`` writes
-  (its recorded ``recommendation``, read with ``record.read_records``);
-* ``<run_dir>/results/04_recommendation.json``: what 04 writes itself, so a learner who runs 04 and
-  then 05 by hand in JupyterLab (both in ``runs/interactive``) gets the same hand-off.
-
-A recommendation is used only when it is a draft *model* (05 and 06 study draft-model speculation;
-n-gram lookup has no draft to load) and was measured for the same target.
+"""Notebook 04's draft recommendation, handed to 05 and 06: from the executed 04 notebook in the run folder,
+else from the results/04_recommendation.json 04 writes itself (a learner running 04, then 05 by hand). Used
+only when it is a draft *model* (n-gram lookup has no draft to load) measured for the same target.
 """
 
 from __future__ import annotations
@@ -50,21 +40,16 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
     """``(recommendation, where it came from)``, or ``(None, what was looked at)``."""
     run_dir = Path(run_dir)
     executed = run_dir / "notebooks" / f"{NOTEBOOK_STEM}.ipynb"
-    if executed.is_file():
+    saved = run_dir / "results" / FILE_NAME
+    for path, read, where in (
+            (executed, lambda p: read_records(p).get("recommendation"), f"the executed notebook {executed.name}"),
+            (saved, lambda p: json.loads(p.read_text()), str(saved.relative_to(run_dir)))):
         try:
-            found = read_records(executed).get("recommendation")
+            found = read(path) if path.is_file() else None
         except (OSError, ValueError, KeyError):
             found = None
         if isinstance(found, dict) and found.get("candidate"):
-            return found, f"the executed notebook {executed.name} in this run folder"
-    saved = run_dir / "results" / FILE_NAME
-    if saved.is_file():
-        try:
-            found = json.loads(saved.read_text())
-        except (OSError, ValueError):
-            found = None
-        if isinstance(found, dict) and found.get("candidate"):
-            return found, f"{saved.relative_to(run_dir)} in this run folder"
+            return found, f"{where} in this run folder"
     return None, f"no recommendation from notebook 04 in {run_dir}"
 
 
@@ -83,6 +68,7 @@ def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> 
         return DraftChoice(profile_draft, False, f"notebook 04 recommended n-gram lookup ({where}); this "
                                                  "notebook studies a draft model, so it uses the profile's draft "
                                                  f"`{profile_draft}`.")
-    same = " (the profile's draft too)" if candidate == profile_draft else f" instead of the profile's `{profile_draft}`"
+    same = (" (the profile's draft too)" if candidate == profile_draft
+            else f" instead of the profile's `{profile_draft}`")
     return DraftChoice(candidate, True, f"notebook 04 recommended `{candidate}` ({where}), so this notebook "
                                         f"uses it{same}.")

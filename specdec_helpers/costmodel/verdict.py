@@ -1,17 +1,17 @@
 """Turn measured numbers into a decision, with its reasons in plain words.
 
-The rules are deliberately few and visible, so a reader can disagree with one and change it:
-
-* enable only if the measured end-to-end speedup's 95% interval lies above 1 + ``min_gain``
-  (a gain you cannot distinguish from noise is not worth a second model);
-* and only if the cost model, at the expected concurrency, still predicts a gain;
-* and only if the draft and its KV cache fit (the memory budget leaves at least one sequence).
+The rule itself is the notebook's (07 defines it, where a reader can disagree and change it): ``decide``
+calls it once per condition to say which one held, and once with all of them for the verdict.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+#: rule(speedup_ci_low, predicted_at_concurrency, fits) -> enable?
+Rule = Callable[[float, float, bool], bool]
 
 
 @dataclass
@@ -37,16 +37,16 @@ class Verdict:
         return "\n".join(lines)
 
 
-def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurrency: int,
-           predicted_at_concurrency: float, memory: dict[str, Any] | None, min_gain: float = 0.05) -> Verdict:
+def decide(best: dict[str, Any], *, rule: Rule, min_gain: float, by_class: dict[str, dict[str, Any]],
+           concurrency: int, predicted_at_concurrency: float, memory: dict[str, Any] | None) -> Verdict:
     """``best``: the summary (``evaluate.summarize_candidate``) of the best candidate on all prompts;
-    ``by_class``: the same per prompt class; ``memory``: the draft's budget cost (or None on a CPU)."""
+    ``by_class``: the same per prompt class; ``memory``: the draft's budget cost (or None on a CPU);
+    ``min_gain``: the margin ``rule`` uses, for the words only."""
     gain, low = best["measured_speedup"], best["speedup_ci_low"]
-    reasons = []
-    clear_gain = low == low and low > 1.0 + min_gain  # NaN-safe: NaN never passes
-    reasons.append(
-        f"Measured end-to-end speedup {gain:.2f}x (95% interval {best['speedup_ci_low']:.2f}-{best['speedup_ci_high']:.2f}); "
-        + ("clearly above 1." if clear_gain else f"not clearly above 1 + {min_gain:.0%}."))
+    fits = memory.get("fits", True) if memory else True
+    clear_gain = bool(rule(low, math.inf, True))  # each condition alone: the others set to pass
+    reasons = [f"Measured end-to-end speedup {gain:.2f}x (95% interval {low:.2f}-{best['speedup_ci_high']:.2f}); "
+               + ("clearly above 1." if clear_gain else f"not clearly above 1 + {min_gain:.0%}.")]
     coverage = best.get("coverage", 1.0)
     coverage_text = (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
                      if coverage == coverage and coverage < 0.995 else "")
@@ -55,24 +55,19 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
         f"draft cost c = {best['c']:.2f} of a target step, verifying k = {best['k']} drafted tokens costs "
         f"{best['verify_cost_k_plus_1']:.2f} steps{coverage_text}: the cost model predicts "
         f"{best['predicted_decode_speedup']:.2f}x decode speed (measured {best['measured_decode_speedup']:.2f}x).")
-    busy_ok = predicted_at_concurrency > 1.0 + min_gain
-    if busy_ok:
-        busy_text = "."
-    elif concurrency > 1:
-        busy_text = ": with that many sequences in flight, verification is no longer free."
-    else:
-        busy_text = ": even a single request gains nothing with this draft's acceptance and cost here."
+    busy_ok = bool(rule(math.inf, predicted_at_concurrency, True))
+    busy_text = ("." if busy_ok else ": with that many sequences in flight, verification is no longer free."
+                 if concurrency > 1 else
+                 ": even a single request gains nothing with this draft's acceptance and cost here.")
     reasons.append(f"At the expected concurrency ({concurrency}) the cost model predicts "
                    f"{predicted_at_concurrency:.2f}x{busy_text}")
-    fits = True
     if memory:
-        fits = memory.get("fits", True)
         reasons.append(memory["text"])
     if best["best_k"] != best["k"]:
         at_coverage = f" at the measured coverage of {coverage:.0%}" if coverage_text else ""
-        reasons.append(f"The cost model's best num_speculative_tokens here is {best['best_k']} "
-                       f"(predicted {best['predicted_speedup_at_best_k']:.2f}x decode{at_coverage}) rather than {best['k']}.")
-    enable = bool(clear_gain and busy_ok and fits)
+        reasons.append(f"The cost model's best num_speculative_tokens here is {best['best_k']} (predicted "
+                       f"{best['predicted_speedup_at_best_k']:.2f}x decode{at_coverage}) rather than {best['k']}.")
+    enable = bool(rule(low, predicted_at_concurrency, fits))
 
     questions = {}
     structured, creative = by_class.get("structured"), by_class.get("creative")
@@ -83,12 +78,12 @@ def decide(best: dict[str, Any], *, by_class: dict[str, dict[str, Any]], concurr
     if creative:
         questions["Are you doing more creative scenarios?"] = (
             f"On the creative prompts acceptance is {creative['acceptance_rate']:.0%} and the speedup "
-            f"{creative['measured_speedup']:.2f}x" + (f" (vs {structured['measured_speedup']:.2f}x structured)." if structured else "."))
+            f"{creative['measured_speedup']:.2f}x"
+            + (f" (vs {structured['measured_speedup']:.2f}x structured)." if structured else "."))
     questions["Do you have enough VRAM space to even consider it?"] = (
         memory["text"] if memory else "On a CPU the draft lives in system memory; see notebook 03 for GPU budgets.")
     questions["Are you running a lot of concurrency?"] = (
         f"At {concurrency} concurrent request(s) the model predicts {predicted_at_concurrency:.2f}x; notebook 06 "
         "measures where the gain disappears on this hardware.")
-    k = best["k"] if enable else best["best_k"]
-    return Verdict(enable=enable, candidate=best["candidate"], k=k, expected_gain=gain, reasons=reasons,
-                   questions=questions)
+    return Verdict(enable=enable, candidate=best["candidate"], k=best["k"] if enable else best["best_k"],
+                   expected_gain=gain, reasons=reasons, questions=questions)

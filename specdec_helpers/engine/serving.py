@@ -1,37 +1,20 @@
 """Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running.
 
-vLLM cannot switch speculation on and off per request, so every comparison in this series runs
-two engines: a baseline server and a speculative one. This module owns everything about those
-processes, once:
-
-* the entry point (``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` console script
-  does not work under the ``vllm-cpu`` distribution);
-* CPU settings: ``--enforce-eager`` (torch.compile made start-up ~4x slower on our CPUs),
-  ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache), ``VLLM_CPU_OMP_THREADS_BIND`` (every usable core
-  unless told otherwise, see :func:`cpu_threads_default`) and the served dtype (float32 on x86
-  CPUs without AVX-512 BF16, see :func:`cpu_serving_dtype`);
-* GPU settings: two servers share one card through ``gpu_memory_utilization`` (the talk used 0.45
-  each);
-* a free port on 127.0.0.1, a ``/health`` wait with a timeout (the profile's
-  ``server_start_timeout_s``: a GPU's first start compiles and captures CUDA graphs, which can take
-  many minutes), the server log in the run folder, and an error that quotes the log's tail when
-  the server fails to start;
-* isolation from the caller's folder: the server runs with ``python -P`` and its log folder as its
-  working directory, so a notebook folder holding a file named like a library vLLM imports (a
-  ``click.py``, a ``test.py``) cannot shadow that library in the server;
-* request defaults: ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}`` for Qwen3) is
-  given to vLLM as ``--default-chat-template-kwargs``, so every chat request to the server gets it,
-  whichever client sends it;
-* stopping: at the end of a ``with`` block (also when a cell raises or on KeyboardInterrupt), at
-  interpreter exit, and, through PR_SET_PDEATHSIG, when the Python process that started it dies.
+Every comparison runs two engines (vLLM cannot switch speculation per request). This module owns them:
+the entry point (``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` script fails under
+``vllm-cpu``), CPU and GPU settings, a port and a ``/health`` wait, isolation from the caller's folder
+(``python -P``, the log folder as working directory), and stopping at the end of a ``with`` block, at
+exit, and (PR_SET_PDEATHSIG) when the starting process dies.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -45,12 +28,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 
+from specdec_helpers.report.provenance import usable_core_ids
+
 HOST = "127.0.0.1"
-LOG_TAIL_LINES = 40
 #: vLLM 0.32 needs Python 3.11 or newer; ``-P`` (no script folder on sys.path) is 3.11+ as well.
 MIN_PYTHON = (3, 11)
+TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 _started_groups: list[int] = []  # process groups of every server this process ever started
 
@@ -86,8 +72,7 @@ def check_python(version: tuple[int, ...] | None = None) -> None:
         raise ServerError(
             f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
             f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` "
-            "and a Python 3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml."
-        )
+            "and a Python 3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml.")
 
 
 def vllm_install() -> VLLMInstall:
@@ -99,37 +84,20 @@ def vllm_install() -> VLLMInstall:
             continue
     raise ServerError(
         "vLLM is not installed in this environment. Run the series through `make run` (it creates "
-        "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU)."
-    )
+        "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU).")
 
 
 def cpu_threads_default() -> str:
-    """Every core this process may use, as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1" on 2 cores).
+    """Every usable core as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1"), unless the environment sets one.
 
-    Why not vLLM's own "auto": on a small machine it keeps one core back for the API server and
-    runs the model on the rest, which on 2 cores is one thread. Measured on a 2-core AMD EPYC with
-    Qwen2.5-Coder-1.5B: 1.85 tokens/s decode with "auto", 2.9 with "0-1" (bf16); 0.97 vs 1.73
-    (float32). Every server of this series answers one request at a time, so the API server's
-    work fits between the model's steps. ``VLLM_CPU_OMP_THREADS_BIND`` in the environment wins.
+    vLLM's "auto" keeps a core back for the API server: measured on a 2-core AMD EPYC with
+    Qwen2.5-Coder-1.5B, 1.85 tokens/s decode with "auto", 2.9 with "0-1" (bf16).
     """
-    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):  # the user's own choice wins
-        return os.environ["VLLM_CPU_OMP_THREADS_BIND"]
-    return cores_spec(usable_core_ids())
-
-
-def usable_core_ids() -> list[int]:
-    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
+    return os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cores_spec(usable_core_ids())
 
 
 def core_share(cores: list[int], index: int, parts: int) -> list[int]:
-    """Part ``index`` of ``parts`` contiguous, equal shares of ``cores`` ([0, 1] in 2: [0] and [1]).
-
-    With fewer cores than parts, the later parts share the last core.
-    """
+    """Part ``index`` of ``parts`` contiguous, equal shares of ``cores`` (too few: later parts share the last)."""
     size = max(len(cores) // parts, 1)
     first = min(index * size, len(cores) - 1)
     return cores[first:first + size]
@@ -144,8 +112,6 @@ def cores_spec(cores: list[int]) -> str:
 
 def cpu_has_fast_bf16() -> bool:
     """True where the CPU multiplies bf16 natively (AVX-512 BF16 / AMX on x86, BF16 on Arm)."""
-    import platform
-
     import torch
 
     if platform.machine().lower() in ("x86_64", "amd64", "i686"):
@@ -154,42 +120,23 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def cpu_serving_dtype(requested: str = "auto") -> str:
-    """The dtype a CPU server is started with: ``requested``, except "auto" on a CPU without fast bf16.
+    """``requested``, except "auto" on a CPU without fast bf16, which becomes float32.
 
-    Why: our models are stored in bf16 (the Qwen pair) and vLLM's "auto" serves them in bf16. On
-    an x86 CPU without AVX-512 BF16 (AVX2 only: most laptops and many cloud VMs) every bf16 matrix
-    product is emulated, so work that should be cheap becomes compute-bound. Measured on a 2-core
-    AMD EPYC (AVX2), Qwen2.5-Coder-1.5B target with the 0.5B draft, structured prompts: in bf16
-    the prompt is read at 6 tokens/s and checking 5 drafted tokens costs as much as decoding them,
-    so speculation gave 1.0x; in float32 the prompt is read at 34 tokens/s and speculation gave
-    1.76x decode speed (1.73 -> 3.04 tokens/s). float32 needs twice the memory for the weights.
+    Emulated bf16 makes prefill and verification compute-bound: measured on a 2-core AMD EPYC (AVX2),
+    Qwen2.5-Coder-1.5B with the 0.5B draft, speculation gave 1.0x in bf16 and 1.76x in float32.
     """
-    if requested != "auto" or cpu_has_fast_bf16():
-        return requested
-    return "float32"
+    return requested if requested != "auto" or cpu_has_fast_bf16() else "float32"
 
 
-def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
+def free_port(port: int = 0) -> int:
+    """A port that was free a moment ago on 127.0.0.1: ``port`` (OSError if it is taken), or with 0 one the OS picks."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
+        sock.bind((HOST, port))
         return sock.getsockname()[1]
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
 def exit_with_parent() -> None:
-    """For ``preexec_fn``: the child gets SIGTERM when the process that started it dies (Linux).
-
-    Without it a killed parent (a SIGKILLed kernel, a CI timeout) leaves its server running.
-    """
+    """For ``preexec_fn``: the child gets SIGTERM when its parent dies (a SIGKILLed kernel; Linux only)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -199,20 +146,15 @@ def exit_with_parent() -> None:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     os.setsid()  # own process group: stop() signals the server and its engine processes together
-    exit_with_parent()  # if the kernel dies, the server follows (elsewhere atexit and `with` stop it)
+    exit_with_parent()
 
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
 class VLLMServer:
     """One vLLM OpenAI-compatible server process; use it as a context manager.
 
-    ``speculative_config`` is the dict vLLM receives as ``--speculative-config``, e.g.
-    ``{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}`` or
-    ``{"method": "draft_model", "model": "/path/to/draft", "num_speculative_tokens": 4}``.
-
-    ``startup_timeout_s``: how long to wait for ``/health`` (the profiles' ``server_start_timeout_s``).
-    ``chat_template_kwargs``: defaults for every chat request's template, applied by the server
-    (``--default-chat-template-kwargs``); a request's own ``chat_template_kwargs`` still win.
+    ``speculative_config``: vLLM's ``--speculative-config`` (:func:`ngram_config`, :func:`draft_model_config`);
+    ``chat_template_kwargs``: every chat request's defaults (a request's own still win).
     """
 
     model: str | os.PathLike
@@ -224,7 +166,7 @@ class VLLMServer:
     startup_timeout_s: float = 300.0
     cpu_kv_cache_gib: int = 1
     cpu_threads_bind: str | None = None  # None: every usable core (cpu_threads_default)
-    gpu_memory_utilization: float = 0.45
+    gpu_memory_utilization: float = 0.45  # two servers share one card (the talk's setting)
     dtype: str = "auto"  # on a CPU, "auto" becomes cpu_serving_dtype("auto")
     seed: int = 0
     extra_args: list[str] = field(default_factory=list)
@@ -242,13 +184,11 @@ class VLLMServer:
         if not (model_path / "config.json").is_file():
             raise ServerError(
                 f"Model directory {model_path} does not exist or holds no config.json. Resolve model "
-                "names with specdec_helpers.models.resolve_model() first."
-            )
+                "names with specdec_helpers.models.resolve_model() first.")
         draft = (self.speculative_config or {}).get("model")
         if draft and not (Path(draft).expanduser() / "config.json").is_file():
             raise ServerError(f"Draft model directory {draft} does not exist or holds no config.json.")
 
-    # ----------------------------------------------------------------- properties
     @property
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
@@ -275,30 +215,18 @@ class VLLMServer:
 
     @property
     def served_dtype(self) -> str:
-        """What ``--dtype`` says: on a CPU without fast bf16, "auto" becomes float32 (see cpu_serving_dtype)."""
+        """What ``--dtype`` says: on a CPU without fast bf16, "auto" becomes float32."""
         return cpu_serving_dtype(self.dtype) if self.install.platform == "cpu" else self.dtype
 
-    @property
-    def threads_bind(self) -> str | None:
-        """The CPU cores the model's threads run on (``VLLM_CPU_OMP_THREADS_BIND``); None on a GPU."""
-        if self.install.platform != "cpu":
-            return None
-        return self.cpu_threads_bind if self.cpu_threads_bind is not None else cpu_threads_default()
-
-    # ------------------------------------------------------------------ command
     def command(self) -> list[str]:
-        """The exact command line; shown in notebooks so learners see what vLLM receives.
-
-        ``-P`` keeps the working folder off the server's import path, and paths are absolute
-        because the server runs in its log folder (see :meth:`start`).
-        """
+        """The exact command line (shown in notebooks). Paths are absolute: the server runs in its log folder."""
         cmd = [sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server",
                "--model", _absolute(self.model), "--served-model-name", self.name,
                "--host", HOST, "--port", str(self.port),
                "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
                "--seed", str(self.seed)]
         if self.install.platform == "cpu":
-            cmd.append("--enforce-eager")
+            cmd.append("--enforce-eager")  # torch.compile made start-up ~4x slower on our CPUs
         else:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.speculative_config:
@@ -319,22 +247,21 @@ class VLLMServer:
             env["TMPDIR"] = str(self.temp_dir)
         if self.install.platform == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kv_cache_gib)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = self.threads_bind
+            bind = self.cpu_threads_bind
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind if bind is not None else cpu_threads_default()
         env.update(self.extra_env)
         return env
 
-    # ------------------------------------------------------------------ lifecycle
     def start(self) -> "VLLMServer":
         if self.running:
             return self
-        if self.port is None:
-            self.port = free_port()
-        elif not port_is_free(self.port):
+        try:
+            self.port = free_port(self.port or 0)
+        except OSError:
             raise PortInUseError(
                 f"Port {self.port} on {HOST} is already in use (another server, or one left from an "
                 "earlier run?). Pass port=None to pick a free port, or stop the other process "
-                f"(`lsof -i :{self.port}` shows it)."
-            )
+                f"(`lsof -i :{self.port}` shows it).") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_handle = open(self.log_path, "w")
         # vLLM leaves a rendezvous file (vllm_dist_*) and IPC sockets in the temporary folder at
@@ -342,66 +269,51 @@ class VLLMServer:
         remove_orphaned_temp_dirs()
         self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-{self.name}-"))
         started = time.perf_counter()
-        # cwd: the log folder, a place of our own. With `python -m`, Python puts the working
-        # folder first on sys.path (-P stops that for the API server; the engine processes it
-        # spawns inherit the folder), so a notebook folder's click.py would shadow the library.
+        # cwd: a place of our own. The engine processes inherit the working folder, and a notebook
+        # folder's click.py would otherwise shadow the library.
         self.process = subprocess.Popen(
             self.command(), stdout=self._log_handle, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=self.environment(), preexec_fn=_die_with_parent,
-            cwd=str(self.log_path.parent.resolve()),
-        )
+            cwd=str(self.log_path.parent.resolve()))
+        _live_servers.add(self)
+        _started_groups.append(self.process.pid)
         try:
-            _live_servers.add(self)
-            _started_groups.append(self.process.pid)
-            self._wait_healthy(started)
+            self._wait_healthy(started + self.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
         self.startup_s = time.perf_counter() - started
         return self
 
-    def _wait_healthy(self, started: float) -> None:
-        deadline = started + self.startup_timeout_s
+    def _wait_healthy(self, deadline: float) -> None:
         while time.perf_counter() < deadline:
-            code = self.process.poll()
-            if code is not None:
+            if self.process.poll() is not None:
                 raise ServerStartError(
-                    f"vLLM server '{self.name}' exited with code {code} while starting.\n"
-                    f"Last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
+                    f"vLLM server '{self.name}' exited with code {self.process.returncode} while starting.\n"
+                    f"Last lines of {self.log_path}:\n{self.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
                     return
-            except requests.RequestException:
-                pass
             time.sleep(0.5)
         raise ServerStartError(
             f"vLLM server '{self.name}' did not become healthy within {self.startup_timeout_s:.0f} s. "
             "If the log below shows it was still loading or compiling (a GPU's first start can take "
             "many minutes), raise server_start_timeout_s in the profile (params/<profile>.yaml, or "
             "--set server_start_timeout_s=...), which notebooks pass as startup_timeout_s.\n"
-            f"Last lines of {self.log_path}:\n{self.log_tail()}"
-        )
+            f"Last lines of {self.log_path}:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the server and its engine processes (the whole process group)."""
+        """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
         if proc is not None:
-            try:  # engine processes that outlived the leader are still in its group
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=timeout_s)
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # and what outlived the leader
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10.0)
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None
@@ -410,12 +322,11 @@ class VLLMServer:
             self.temp_dir = None
         _live_servers.discard(self)
 
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+    def log_tail(self, lines: int = 40) -> str:
         try:
-            text = self.log_path.read_text(errors="replace")
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
     def __enter__(self) -> "VLLMServer":
         return self.start()
@@ -424,26 +335,17 @@ class VLLMServer:
         self.stop()
 
     def __del__(self) -> None:  # a forgotten server in a notebook cell still goes away
-        try:
+        with contextlib.suppress(Exception):
             self.stop()
-        except Exception:
-            pass
-
-
-TEMP_PREFIX = "specdec-vllm-"
 
 
 def remove_orphaned_temp_dirs() -> list[Path]:
-    """Remove the temporary folders of servers whose owning process is gone; return them.
-
-    Why: ``stop()`` removes a server's folder, but a process killed outright (a Jupyter kernel
-    that is SIGKILLed, a CI timeout) never gets there. Its servers die with it (``_die_with_parent``),
-    so a folder named after a process that no longer exists is only litter; the next start clears it.
-    """
+    """Remove (and return) the temporary folders of servers whose owning process is gone: a process
+    killed outright never runs ``stop()``, and its servers died with it (``_die_with_parent``)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
         owner = folder.name[len(TEMP_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+        if not owner.isdigit() or psutil.pid_exists(int(owner)):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
@@ -457,25 +359,20 @@ def _absolute(path: str | os.PathLike) -> str:
 
 
 def surviving_processes() -> list[int]:
-    """PIDs still alive in the process groups of servers this process started (should be none
-    once they are stopped: the API server, its engine core and workers share one group)."""
+    """PIDs still alive in the process groups of servers this process started (none once stopped)."""
     alive = []
-    for proc_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.getpgid(int(proc_dir.name)) in _started_groups:
-                alive.append(int(proc_dir.name))
-        except (ProcessLookupError, PermissionError, ValueError):
-            continue
+    for pid in psutil.pids():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) in _started_groups:
+                alive.append(pid)
     return alive
 
 
+@atexit.register
 def stop_all() -> None:
-    """Stop every server this process started (registered with atexit)."""
+    """Stop every server this process started."""
     for server in list(_live_servers):
         server.stop()
-
-
-atexit.register(stop_all)
 
 
 def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4,
@@ -489,35 +386,11 @@ def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int
                        draft_sample_method: str | None = None) -> dict[str, Any]:
     """Draft-model speculation: a smaller model with the target's tokenizer proposes tokens.
 
-    ``draft_sample_method``: vLLM's default ("greedy") proposes the draft's argmax and treats the
-    draft as one-hot in rejection sampling, so at temperature > 0 a token survives with the
-    target's probability of it. "probabilistic" samples the draft at the request's temperature and
-    uses its full distribution in the ratio test: more acceptance when sampling, more memory.
+    ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
+    "greedy" treats it as one-hot): more acceptance when sampling, more memory.
     """
     config: dict[str, Any] = {"method": "draft_model", "model": str(draft_dir),
                               "num_speculative_tokens": num_speculative_tokens}
     if draft_sample_method:
         config["draft_sample_method"] = draft_sample_method
     return config
-
-
-class ServerGroup:
-    """Several servers started one after another and stopped together (baseline + candidates)."""
-
-    def __init__(self, servers: list[VLLMServer]):
-        self.servers = servers
-
-    def __enter__(self) -> list[VLLMServer]:
-        started: list[VLLMServer] = []
-        try:
-            for server in self.servers:
-                started.append(server.start())
-        except BaseException:
-            for server in started:
-                server.stop()
-            raise
-        return started
-
-    def __exit__(self, *exc_info) -> None:
-        for server in self.servers:
-            server.stop()

@@ -1,48 +1,38 @@
-"""Read vLLM's speculative-decoding counters from the server's Prometheus ``/metrics`` page.
+"""vLLM's speculative-decoding counters and per-request timings, from the server's ``/metrics`` page.
 
-vLLM exports four counters (global to the engine, since it started):
-
-* ``vllm:spec_decode_num_drafts_total``: speculation steps (one per request per step);
-* ``vllm:spec_decode_num_draft_tokens_total``: tokens the draft proposed;
-* ``vllm:spec_decode_num_accepted_tokens_total``: proposed tokens the target accepted;
-* ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``: accepted at draft position i.
-
-Counters are cumulative, so we read them before and after a request and subtract. With no other
-traffic on that server the difference belongs to that request. The parsing is
-prometheus_client's own, not ours.
+Both are cumulative since the engine started: a request's share is the difference of two reads around
+it, on a server with no other traffic. The parsing is prometheus_client's own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import zip_longest
+from typing import TYPE_CHECKING
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-_PREFIX = "vllm:spec_decode_num_"
+if TYPE_CHECKING:
+    import pandas as pd
 
+_PREFIX = "vllm:spec_decode_num_"
 
 @dataclass(frozen=True)
 class SpecCounters:
-    """A snapshot (or a difference) of vLLM's speculative-decoding counters."""
+    """A snapshot (or difference) of vLLM's counters; rates as vLLM defines them (v1/spec_decode/metrics.py)."""
 
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_tokens: float = 0.0
+    drafts: float = 0.0  # speculation steps (one per request per step)
+    draft_tokens: float = 0.0  # tokens the draft proposed
+    accepted_tokens: float = 0.0  # proposed tokens the target accepted
     accepted_per_position: tuple[float, ...] = field(default_factory=tuple)
 
     def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
-        width = max(len(self.accepted_per_position), len(earlier.accepted_per_position))
-        mine = list(self.accepted_per_position) + [0.0] * (width - len(self.accepted_per_position))
-        theirs = list(earlier.accepted_per_position) + [0.0] * (width - len(earlier.accepted_per_position))
-        return SpecCounters(
-            drafts=self.drafts - earlier.drafts,
-            draft_tokens=self.draft_tokens - earlier.draft_tokens,
-            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
-            accepted_per_position=tuple(a - b for a, b in zip(mine, theirs)),
-        )
+        per_position = zip_longest(self.accepted_per_position, earlier.accepted_per_position, fillvalue=0.0)
+        return SpecCounters(drafts=self.drafts - earlier.drafts, draft_tokens=self.draft_tokens - earlier.draft_tokens,
+                            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
+                            accepted_per_position=tuple(a - b for a, b in per_position))
 
-    # vLLM's own definitions (vllm/v1/spec_decode/metrics.py)
     @property
     def acceptance_rate(self) -> float:
         """Accepted / proposed draft tokens (NaN when nothing was proposed)."""
@@ -56,22 +46,17 @@ class SpecCounters:
     @property
     def per_position_rate(self) -> tuple[float, ...]:
         """Share of drafts whose token at position i was accepted (falls with i)."""
-        if not self.drafts:
-            return tuple(float("nan") for _ in self.accepted_per_position)
-        return tuple(count / self.drafts for count in self.accepted_per_position)
+        return tuple(count / self.drafts if self.drafts else float("nan") for count in self.accepted_per_position)
 
     def as_dict(self) -> dict[str, float]:
-        row = {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-        }
-        for i, rate in enumerate(self.per_position_rate):
-            row[f"accept_pos{i}"] = rate
-        return row
+        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
+                "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
+                **{f"accept_pos{i}": rate for i, rate in enumerate(self.per_position_rate)}}
 
+def pooled_acceptance(rows: "pd.DataFrame") -> dict[str, float]:
+    """Acceptance rate and mean acceptance length pooled over requests (rows with the counter columns)."""
+    pooled = SpecCounters(rows["drafts"].sum(), rows["draft_tokens"].sum(), rows["accepted_tokens"].sum())
+    return {"acceptance_rate": pooled.acceptance_rate, "mean_acceptance_length": pooled.mean_acceptance_length}
 
 def parse_spec_counters(text: str) -> SpecCounters:
     """Sum the speculative-decoding counters over all engines and models in a /metrics page."""
@@ -92,27 +77,19 @@ def parse_spec_counters(text: str) -> SpecCounters:
     width = max(per_pos) + 1 if per_pos else 0
     return SpecCounters(accepted_per_position=tuple(per_pos.get(i, 0.0) for i in range(width)), **totals)
 
-
 def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
     """Fetch ``{base_url}/metrics`` and parse it; a baseline server reports all zeros."""
     response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
     response.raise_for_status()
     return parse_spec_counters(response.text)
 
-
-# The engine's own per-request timings (vllm/v1/metrics/stats.py): both ends are timestamps taken
-# inside the engine core process, so they leave out HTTP, tokenising, detokenising and the trip
-# between processes that a client-side timer also sees.
+# The engine's own timings (vllm/v1/metrics/stats.py): without the HTTP and process hops a client times.
 PREFILL_TIME = "vllm:request_prefill_time_seconds"  # first token - first scheduled
 DECODE_TIME = "vllm:request_decode_time_seconds"  # last token - first token
 
-
 def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
-    """``(sum, count)`` of the histogram ``name`` in a /metrics page, summed over its label sets.
-
-    A histogram's ``_sum`` is the exact total of every observed value, so the difference of two
-    snapshots around one request is that request's value (the buckets would only bound it).
-    """
+    """``(sum, count)`` of histogram ``name``, over its label sets: ``_sum`` is the exact total of the values,
+    so two reads around a request give its value (the buckets would only bound it)."""
     total, count, seen = 0.0, 0.0, False
     for family in text_string_to_metric_families(text):
         if family.name != name:
@@ -126,12 +103,6 @@ def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
     if not seen:
         raise ValueError(f"the /metrics page has no histogram {name!r} (is this a vLLM v1 server?)")
     return total, count
-
-
-def read_histogram_totals(base_url: str, name: str, timeout_s: float = 10.0) -> tuple[float, float]:
-    """Fetch ``{base_url}/metrics`` and return ``(sum, count)`` of the histogram ``name``."""
-    return read_histograms(base_url, [name], timeout_s)[name]
-
 
 def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) -> dict[str, tuple[float, float]]:
     """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""

@@ -1,18 +1,8 @@
 """Time streamed chat completions and attach vLLM's acceptance counters to each request.
 
-What we measure per request, with the openai client streaming from the server:
-
-* **TTFT** (time to first token): request sent -> first content chunk. Mostly prefill.
-* **chunk gaps**: time between content chunks. With speculation one chunk can carry several
-  tokens (all the tokens one verify pass accepted), so gaps are per *chunk*, not per token.
-* **decode time** = end-to-end - TTFT, and **decode tokens/s** = (completion tokens - 1) / decode
-  time, using the server's own token count from ``usage``. This is the honest per-token number
-  for both servers.
-* acceptance: vLLM's counters read from ``/metrics`` before and after the request (requests run
-  one at a time, so the difference is this request's).
-
-Every row carries provenance (hardware, vLLM build, models, sampling) so a number never travels
-without the conditions it was measured under.
+A chunk can carry all the tokens one verify pass accepted, so the per-token number is (completion tokens
+- 1) / (end-to-end - TTFT), with the server's own count from ``usage``: honest for both servers. Rows
+carry provenance, so a number never travels without the conditions it was measured under.
 """
 
 from __future__ import annotations
@@ -21,9 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
-from specdec_helpers.engine.serving import VLLMServer
+import pandas as pd
 
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
 
 @dataclass
 class StreamResult:
@@ -32,7 +23,6 @@ class StreamResult:
     text: str
     ttft_s: float
     e2e_s: float
-    chunk_gaps_s: list[float]
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str | None
@@ -44,32 +34,24 @@ class StreamResult:
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens after the first, per second of decoding (NaN for a one-token answer)."""
-        if self.completion_tokens < 2 or self.decode_s <= 0:
-            return float("nan")
-        return (self.completion_tokens - 1) / self.decode_s
+        ok = self.completion_tokens >= 2 and self.decode_s > 0
+        return (self.completion_tokens - 1) / self.decode_s if ok else float("nan")
 
     @property
     def mean_itl_s(self) -> float:
         """Mean inter-token latency: decode time spread over the tokens after the first."""
-        if self.completion_tokens < 2:
-            return float("nan")
-        return self.decode_s / (self.completion_tokens - 1)
+        return self.decode_s / (self.completion_tokens - 1) if self.completion_tokens >= 2 else float("nan")
 
-
-def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int,
-                temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                extra_body: dict | None = None) -> StreamResult:
+def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
+                top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None) -> StreamResult:
     """Stream one chat completion and time it. ``usage`` gives the server's token counts."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
-        model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature,
-        top_p=top_p, seed=seed, stream=True, stream_options={"include_usage": True},
-        extra_body=extra_body or {},
-    )
+        model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+        seed=seed, stream=True, stream_options={"include_usage": True}, extra_body=extra_body or {})
     pieces: list[str] = []
     arrivals: list[float] = []
-    usage = None
-    finish_reason = None
+    usage = finish_reason = None
     for chunk in stream:
         now = time.perf_counter()
         if chunk.usage is not None:
@@ -84,16 +66,9 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
     if usage is None:
         raise RuntimeError("The server sent no usage block; vLLM's OpenAI server should (stream_options).")
     first = arrivals[0] if arrivals else ended
-    return StreamResult(
-        text="".join(pieces),
-        ttft_s=first - started,
-        e2e_s=ended - started,
-        chunk_gaps_s=[b - a for a, b in zip(arrivals, arrivals[1:])],
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        finish_reason=finish_reason,
-    )
-
+    return StreamResult(text="".join(pieces), ttft_s=first - started, e2e_s=ended - started,
+                        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                        finish_reason=finish_reason)
 
 @dataclass
 class Measurement:
@@ -102,14 +77,11 @@ class Measurement:
     result: StreamResult
     counters: SpecCounters = field(default_factory=SpecCounters)
 
-
 def measure_request(server: VLLMServer, messages: Sequence[dict], **sampling: Any) -> Measurement:
     """Run one request alone on ``server`` and attribute the counter deltas to it."""
     before = read_spec_counters(server.base_url)
     result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
-    after = read_spec_counters(server.base_url)
-    return Measurement(result=result, counters=after - before)
-
+    return Measurement(result, read_spec_counters(server.base_url) - before)
 
 def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
     """A few throw-away requests: the first requests after start-up are slower on every engine."""
@@ -117,57 +89,32 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
         stream_chat(server.client(), server.served_model_name,
                     [{"role": "user", "content": "Say hello in five words."}], max_tokens=max_tokens)
 
-
 def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, temperature: float = 0.0,
                     repeats: int = 1, seed: int = 0, max_tokens: int | None = None,
-                    provenance: dict | None = None, progress: bool = True) -> "pd.DataFrame":
-    """Run every prompt on every server, interleaved per prompt so drift hits both alike.
-
-    ``prompts`` are ``specdec_helpers.prompts.Prompt`` objects. Returns one tidy row per
-    (server, prompt, repeat) with timings, token counts, acceptance and provenance.
-    """
-    import pandas as pd
+                    provenance: dict | None = None, progress: bool = True) -> pd.DataFrame:
+    """Every ``measure.prompts.Prompt`` on every server, interleaved per prompt so drift hits both alike:
+    one tidy row per (server, prompt, repeat) with timings, token counts, acceptance and provenance."""
     from tqdm.auto import tqdm
 
     servers = list(servers)
     rows: list[dict] = []
-    total = len(prompts) * repeats * len(servers)
-    bar = tqdm(total=total, desc="requests", disable=not progress)
+    bar = tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress)
     for prompt in prompts:
         for repeat in range(repeats):
             for server in servers:
                 m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
                                     temperature=temperature, seed=seed + repeat)
-                rows.append(_row(server, prompt, repeat, temperature, m, provenance))
+                r, spec = m.result, server.speculative_config or {}
+                row = {"server": server.name, "method": spec.get("method", "none"),
+                       "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
+                       "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
+                       "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
+                       "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
+                       "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                       "finish_reason": r.finish_reason, "text": r.text}
+                if server.speculative_config:
+                    row.update(m.counters.as_dict())
+                rows.append({**row, **(provenance or {})})
                 bar.update()
     bar.close()
     return pd.DataFrame(rows)
-
-
-def _row(server: VLLMServer, prompt, repeat: int, temperature: float, m: Measurement,
-         provenance: dict | None) -> dict:
-    r = m.result
-    spec = server.speculative_config or {}
-    row = {
-        "server": server.name,
-        "method": spec.get("method", "none"),
-        "num_speculative_tokens": spec.get("num_speculative_tokens", 0),
-        "prompt_id": prompt.id,
-        "class": prompt.cls,
-        "subcategory": prompt.subcategory,
-        "repeat": repeat,
-        "temperature": temperature,
-        "ttft_s": r.ttft_s,
-        "e2e_s": r.e2e_s,
-        "decode_s": r.decode_s,
-        "mean_itl_s": r.mean_itl_s,
-        "decode_tokens_per_s": r.decode_tokens_per_s,
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-        "finish_reason": r.finish_reason,
-        "text": r.text,
-    }
-    if server.speculative_config:
-        row.update(m.counters.as_dict())
-    row.update(provenance or {})
-    return row

@@ -1,4 +1,8 @@
-"""Memory budget of a target and a draft with their KV caches (``budget``), its plots, vLLM's KV log."""
+"""Memory of a target and a draft with their KV caches: models and GPUs (``catalog``), the vLLM
+budget (``budget``), its figures (``plots``) and vLLM's own KV log (``kv_capacity``)."""
 
+from specdec_helpers.memory import budget, catalog
 from specdec_helpers.memory.budget import *  # noqa: F401,F403  (the budget API, as ``memory.plan_budget``)
-from specdec_helpers.memory.budget import __all__  # noqa: F401
+from specdec_helpers.memory.catalog import *  # noqa: F401,F403
+
+__all__ = catalog.__all__ + budget.__all__

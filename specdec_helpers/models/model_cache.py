@@ -1,17 +1,12 @@
 """The model cache every provider shares: where things live, locks, atomic writes, checksums.
 
-Providers (``wheel_models`` for GGUF files shipped in PyPI wheels, ``drafts`` for the distilled
-drafts that ship with this repository) import from here and never from ``models``, the resolver
-that chooses between them: that keeps the dependency one-way.
-
-Everything lands in ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``). Writes are atomic: a model
-is built in a temporary folder and renamed into place, so an interrupted run never leaves a
-half-written model behind, and a second call returns at once.
+Providers (``wheel_models``, ``drafts``) import from here, never from ``resolve``, which chooses
+between them. Models are built in a temporary folder and renamed into ``$SPECDEC_CACHE`` (default
+``~/.cache/specdec``), so an interrupted run never leaves a half-written model behind.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -19,6 +14,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from filelock import FileLock
 
 #: Written last into every provisioned model folder: its presence means "complete".
 MANIFEST_NAME = "specdec-model.json"
@@ -30,8 +27,7 @@ class ModelError(RuntimeError):
 
 def cache_root() -> Path:
     """The folder for converted models, downloaded wheels and environments."""
-    root = os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec"
-    return Path(root).expanduser()
+    return Path(os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec").expanduser()
 
 
 def models_dir() -> Path:
@@ -43,24 +39,14 @@ def wheels_dir() -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-@contextmanager
-def locked(name: str) -> Iterator[None]:
-    """Serialise provisioning of one model across processes (tests and notebooks may race)."""
-    lock_dir = cache_root() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def locked(name: str) -> FileLock:
+    """One writer per model across processes (tests and notebooks may race): ``with locked(key):``."""
+    (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
+    return FileLock(cache_root() / "locks" / f"{name}.lock")
 
 
 @contextmanager

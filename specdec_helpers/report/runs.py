@@ -1,9 +1,7 @@
 """The run folder: where a notebook puts its tables, figures and server logs.
 
-``make run`` creates ``runs/<timestamp>-<profile>/`` and passes it to every notebook as the
-``run_dir`` parameter. A learner running a notebook by hand in JupyterLab leaves it empty and
-gets ``runs/interactive/``. Keeping every artefact under one folder is what lets ``index.html``
-link them and lets a reader trace a figure back to the executed notebook that made it.
+``make run`` passes ``runs/<timestamp>-<profile>/`` to every notebook as ``run_dir``; a notebook run
+by hand gets ``runs/interactive/``. One folder per run lets ``index.html`` link every artefact.
 """
 
 from __future__ import annotations

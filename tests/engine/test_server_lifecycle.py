@@ -14,7 +14,6 @@ from specdec_helpers.engine import serving
 from specdec_helpers.engine.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer)
 
 
-
 def test_missing_draft_directory_is_named(target_dir, tmp_path):
     with pytest.raises(ServerError, match="Draft model directory"):
         VLLMServer(target_dir, speculative_config={"method": "draft_model", "model": str(tmp_path / "nope"),

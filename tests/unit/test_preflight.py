@@ -13,6 +13,7 @@ import pytest
 
 from specdec_helpers import memory
 from specdec_helpers import preflight
+from specdec_helpers.models import resolve
 from specdec_helpers.report import provenance
 from specdec_helpers.measure.prompts import Prompt, load_prompt_sets, long_document_prompt, select
 from tools import preflight as preflight_cli
@@ -26,10 +27,10 @@ REAL_VISIBLE_GPU = provenance.visible_gpu
 def no_gpu_no_hub(monkeypatch):
     """This machine's view by default: no GPU, no Hugging Face hub (and no waiting for it)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    preflight._hub_reachable.cache_clear()
+    resolve.hub_reachable.cache_clear()
     monkeypatch.setattr(provenance, "visible_gpu", lambda: None)
     yield
-    preflight._hub_reachable.cache_clear()
+    resolve.hub_reachable.cache_clear()
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,6 @@ def test_token_id_and_text_prompts_are_counted(tokenizer):
     assert row.value == "100 + 10 = 110 tokens"
     with pytest.raises(preflight.PreflightError, match="max_tokens to at most 156"):
         run(prompts=[[1] * 100], max_tokens=157, max_model_len=256)
-    assert preflight.count_tokens(tokenizer, text) == len(tokenizer(text)["input_ids"])
 
 
 # ----------------------------------------------------------------------------- memory
@@ -280,10 +280,10 @@ def test_make_demo_refuses_at_once_when_two_servers_do_not_fit_in_ram(monkeypatc
     from tools import demo_page
     from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 1 * 2**30)
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 1 * 2**30)
     message = demo_page.memory_refusal("cpu-tiny", True, {})
     assert message and "CPU RAM: 2 server(s)" in message and "PROFILE=cpu-tiny" in message
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.memory_refusal("cpu-tiny", True, {}) is None
 
 
@@ -291,11 +291,11 @@ def test_make_demo_without_a_profile_falls_back_to_the_small_pair_and_says_why(m
     from tools import demo_page
     from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 10 * 2**30)  # cpu-coder's pair needs ~27 GiB
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 10 * 2**30)  # cpu-coder's pair needs ~27 GiB
     assert demo_page.choose_profile(None, False, {}) == ("cpu-tiny", None)
     assert "does not fit" in capsys.readouterr().err
     # a profile the user names is refused, never swapped
     profile, refusal = demo_page.choose_profile("cpu-coder", False, {})
     assert profile == "cpu-coder" and refusal and "CPU RAM" in refusal
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.choose_profile(None, False, {}) == ("cpu-coder", None)

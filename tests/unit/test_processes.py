@@ -9,8 +9,7 @@ import pytest
 
 from conftest import our_children
 from specdec_helpers.engine import serving
-from specdec_helpers.engine.serving import (ServerError, VLLMServer,
-                                     check_python)
+from specdec_helpers.engine.serving import ServerError, VLLMServer, check_python
 
 
 def test_missing_model_directory_fails_before_starting_anything(tmp_path):
@@ -20,26 +19,10 @@ def test_missing_model_directory_fails_before_starting_anything(tmp_path):
     assert len(our_children()) == before
 
 
-
-
-
-
-
-
-
-
-
-
 def test_old_python_is_refused_with_the_requirement():
     with pytest.raises(ServerError, match=r"Python >= 3\.11.*3\.10\.12"):
         check_python((3, 10, 12))
     check_python((3, 11, 0))
-
-
-
-
-
-
 
 
 def test_core_halves_come_from_the_cores_this_process_may_use(monkeypatch):

@@ -18,7 +18,6 @@ from specdec_helpers.measure.prompts import (
     load_prompts,
     long_document_for_tokens,
     long_document_prompt,
-    prompts_frame,
     select,
 )
 
@@ -89,20 +88,6 @@ def test_load_single_set_by_name():
 def test_unknown_set_name_is_clear():
     with pytest.raises(FileNotFoundError, match="no prompt set named 'nope'.*available"):
         load_prompt_sets(["nope"])
-
-
-def test_round_trip_to_dict(tmp_path, shipped):
-    path = write(tmp_path, [json.dumps(p.to_dict()) for p in shipped[:5]])
-    assert load_prompts(path) == shipped[:5]
-    assert shipped[0].to_dict()["class"] == shipped[0].cls
-
-
-def test_prompts_frame(shipped):
-    pd = pytest.importorskip("pandas")
-    df = prompts_frame(shipped)
-    assert isinstance(df, pd.DataFrame)
-    assert len(df) == len(shipped)
-    assert {"id", "class", "subcategory", "max_tokens", "user_prompt"} <= set(df.columns)
 
 
 def test_shipped_dir_is_repo_data_prompts():

@@ -1,50 +1,11 @@
-"""Unit tests for the helpers behind notebooks 04 and 05 (no servers, no models)."""
+"""Unit tests for costmodel.recommendation, the 04 -> 05 hand-off (no servers, no models)."""
 
 from __future__ import annotations
 
-
 import nbformat
-import numpy as np
-import pandas as pd
 import pytest
 
 from specdec_helpers.costmodel import recommendation
-
-
-# ----------------------------------------------------------------------------- pooled acceptance
-def _rows(accepted, proposed, drafts=None, k=4):
-    drafts = drafts or [max(p // k, 1) for p in proposed]
-    return pd.DataFrame({"accepted_tokens": accepted, "draft_tokens": proposed, "drafts": drafts,
-                         "num_speculative_tokens": k})
-
-
-def _results():
-    """Two prompts, both servers, T=0: one identical answer and one that parts at character 3."""
-    base = dict(temperature=0.0, repeat=0, e2e_s=1.0, completion_tokens=10, decode_tokens_per_s=10.0)
-    rows = [
-        dict(base, server="baseline", prompt_id="a", **{"class": "structured"}, text="abcdef"),
-        dict(base, server="speculative", prompt_id="a", **{"class": "structured"}, text="abcdef", e2e_s=0.5),
-        dict(base, server="baseline", prompt_id="b", **{"class": "creative"}, text="abcxyz"),
-        dict(base, server="speculative", prompt_id="b", **{"class": "creative"}, text="abcdef", e2e_s=2.0),
-    ]
-    df = pd.DataFrame(rows)
-    for col, val in (("drafts", 2), ("draft_tokens", 8), ("accepted_tokens", 4), ("num_speculative_tokens", 4),
-                     ("accept_pos1", 0.5), ("accept_pos2", 0.5)):
-        df[col] = np.where(df["server"] == "speculative", val, np.nan)
-    df["acceptance_rate"] = df["accepted_tokens"] / df["draft_tokens"]
-    return df
-
-
-def _fake_pair(bind_baseline, bind_spec):
-    from types import SimpleNamespace
-
-    from specdec_helpers.demo import ServerPair
-
-    pair = ServerPair.__new__(ServerPair)  # no servers: only the bookkeeping is under test
-    pair.baseline = SimpleNamespace(name="baseline", cpu_threads_bind=bind_baseline)
-    pair.speculative = SimpleNamespace(name="speculative", cpu_threads_bind=bind_spec)
-    return pair
-
 
 
 def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):

@@ -12,7 +12,6 @@ from specdec_helpers.setup_check import (
     NEAR_TIE_LOGIT_GAP,
     GreedyAnswer,
     explain_divergence,
-    first_char_difference,
     setup_context_len,
     size_setup_servers,
 )
@@ -33,6 +32,8 @@ QWEN_15B, QWEN_05B = "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5
 def test_setup_context_len(needed, profile_len, expected):
     assert setup_context_len(needed, profile_len) == expected
 
+SAFETY = 0.75  # notebook 00's SELF_DRAFT_SAFETY (tests/unit/test_notebook_rules.py checks it)
+
 
 def test_setup_context_len_refuses_nonsense():
     with pytest.raises(ValueError):
@@ -42,9 +43,9 @@ def test_setup_context_len_refuses_nonsense():
 def test_cpu_uses_the_self_draft_when_the_kv_space_holds_a_sequence(monkeypatch):
     from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * memory.GIB)  # a big machine
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * memory.GIB)  # a big machine
     # 2 GiB, the 1.5B twice: 2,147,483,648 / (16 x 2 x 28,672) = 2,340 blocks = 37,440 tokens.
-    sizing = size_setup_servers(platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
+    sizing = size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
                                 profile_draft_key="d", needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=2)
     assert (sizing.draft, sizing.self_draft, sizing.max_model_len, sizing.fits_tokens) == ("t", True, 2048, 37_440)
 
@@ -54,8 +55,8 @@ def test_cpu_takes_the_profile_draft_when_a_second_target_does_not_fit_in_ram(mo
     from specdec_helpers.engine import serving
 
     monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: False)  # served in float32
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 18 * memory.GIB)  # a 24 GB machine with programs open
-    sizing = size_setup_servers(platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 18 * memory.GIB)  # a 24 GB machine with programs open
+    sizing = size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
                                 profile_draft_key="d", needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=2)
     assert (sizing.draft, sizing.self_draft) == ("d", False)
     assert "drafting for itself needs about" in sizing.reason and sizing.plans["free_ram_gib"] == 18.0
@@ -64,16 +65,16 @@ def test_cpu_takes_the_profile_draft_when_a_second_target_does_not_fit_in_ram(mo
 def test_cpu_refuses_a_kv_space_too_small_and_says_what_to_raise(monkeypatch):
     from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "_available_ram_bytes", lambda: 64 * memory.GIB)
+    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * memory.GIB)
     with pytest.raises(memory.ContextTooLongError, match="cpu_kv_cache_gib") as err:
-        size_setup_servers(platform="cpu", target=QWEN_15B, target_key="t", profile_draft=None,
+        size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=None,
                            profile_draft_key=None, needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=0.001)
     assert err.value.max_context_len < 2048
 
 
 def test_gpu_self_draft_on_a_big_card():
     # RTX PRO 6000 at 0.45: the 8B twice leaves 32,320 tokens, far more than 2,048 / 0.75.
-    sizing = size_setup_servers(platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
+    sizing = size_setup_servers(safety=SAFETY, platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
                                 profile_draft_key="d", needed_tokens=500, max_model_len=32768,
                                 gpu="RTX PRO 6000 Blackwell", gpu_memory_utilization=0.45)
     assert sizing.self_draft and sizing.max_model_len == 2048 and sizing.fits_tokens == 32_320
@@ -81,7 +82,7 @@ def test_gpu_self_draft_on_a_big_card():
 
 def test_gpu_falls_back_to_the_profile_draft_when_the_self_draft_is_tight():
     # H100 at 0.45: the Qwen3-8B twice leaves 2,400 tokens; 2,048 > 0.75 x 2,400, so the real draft.
-    sizing = size_setup_servers(platform="gpu", target="Qwen/Qwen3-8B", target_key="t",
+    sizing = size_setup_servers(safety=SAFETY, platform="gpu", target="Qwen/Qwen3-8B", target_key="t",
                                 profile_draft="Qwen/Qwen3-0.6B", profile_draft_key="d", needed_tokens=500,
                                 max_model_len=32768, gpu="H100", gpu_memory_utilization=0.45)
     assert (sizing.draft, sizing.self_draft) == ("d", False)
@@ -91,7 +92,7 @@ def test_gpu_falls_back_to_the_profile_draft_when_the_self_draft_is_tight():
 
 def test_gpu_falls_back_when_two_copies_do_not_fit_at_all():
     # L40S at 0.45 = 21.6 GB < 32 GB of two 8B copies; the 1B draft fits.
-    sizing = size_setup_servers(platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
+    sizing = size_setup_servers(safety=SAFETY, platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
                                 profile_draft_key="d", needed_tokens=500, max_model_len=32768,
                                 gpu="L40S", gpu_memory_utilization=0.45)
     assert not sizing.self_draft and "self_draft_error" in sizing.plans
@@ -99,11 +100,11 @@ def test_gpu_falls_back_when_two_copies_do_not_fit_at_all():
 
 def test_gpu_without_room_even_for_the_real_draft_names_the_setting():
     with pytest.raises(memory.BudgetError, match="gpu_memory_utilization"):
-        size_setup_servers(platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
+        size_setup_servers(safety=SAFETY, platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=LLAMA_1B,
                            profile_draft_key="d", needed_tokens=500, max_model_len=32768,
                            gpu="L4", gpu_memory_utilization=0.45)
     with pytest.raises(memory.BudgetError, match="draft_model"):
-        size_setup_servers(platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=None,
+        size_setup_servers(safety=SAFETY, platform="gpu", target=LLAMA_8B, target_key="t", profile_draft=None,
                            profile_draft_key=None, needed_tokens=500, max_model_len=32768,
                            gpu="L40S", gpu_memory_utilization=0.45)
 
@@ -121,12 +122,6 @@ BASE = answer(
     [{'{"': -0.01}, {"name": -0.02, "title": -4.0}, {'":': -0.01}, {' "': -0.05},
      {"Ada": -0.60, "Alan": -0.80, "Bob": -3.0}, {'"}': -0.01}],
 )
-
-
-def test_first_char_difference():
-    assert first_char_difference("abc", "abc") is None
-    assert first_char_difference("abc", "abd") == 2
-    assert first_char_difference("ab", "abc") == 2
 
 
 def test_identical_text_is_no_divergence():

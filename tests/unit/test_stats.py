@@ -3,10 +3,9 @@
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from specdec_helpers.stats import bootstrap_ci, median_iqr, nearest_rank_percentile, paired_speedup_ci, summarize
+from specdec_helpers.stats import bootstrap_ci, median_iqr, nearest_rank_percentile
 
 
 def test_median_iqr_by_hand():
@@ -62,47 +61,3 @@ def test_bootstrap_ci_other_stat_and_bad_input():
         bootstrap_ci([1, 2, 3], confidence=1.5)
     with pytest.raises(ValueError):
         bootstrap_ci([])
-
-
-def test_paired_speedup_ci_constant_ratio():
-    # every prompt exactly 2x faster with speculation
-    assert paired_speedup_ci([2, 4, 6], [1, 2, 3], n_resamples=200) == (2.0, 2.0, 2.0)
-
-
-def test_paired_speedup_ci_methods_differ():
-    # ratios 1, 1, 5: median ratio 1; ratio of means (1+1+10)/(1+1+2) = 12/4 = 3
-    b, s = [1.0, 1.0, 10.0], [1.0, 1.0, 2.0]
-    assert paired_speedup_ci(b, s, n_resamples=200)[0] == 1.0
-    p, lo, hi = paired_speedup_ci(b, s, method="ratio_of_means", n_resamples=200)
-    assert p == 3.0 and lo <= p <= hi
-
-
-def test_paired_speedup_ci_bad_input():
-    with pytest.raises(ValueError):
-        paired_speedup_ci([1, 2], [1])
-    with pytest.raises(ValueError):
-        paired_speedup_ci([1, 2], [1, 0])
-    with pytest.raises(ValueError):
-        paired_speedup_ci([1, 2], [1, 2], method="mean")
-
-
-def test_summarize():
-    df = pd.DataFrame(
-        {"method": ["a", "a", "a", "b", "a"], "tps": [1.0, 2.0, 3.0, 10.0, float("nan")]}
-    )
-    out = summarize(df, "method", "tps", n_resamples=200)
-    assert list(out.columns) == ["method", "n", "median", "q25", "q75", "ci_low", "ci_high"]
-    a = out[out.method == "a"].iloc[0]
-    # a: 1, 2, 3 (NaN dropped) -> median 2, q25 1.5, q75 2.5
-    assert (a.n, a["median"], a.q25, a.q75) == (3, 2.0, 1.5, 2.5)
-    assert a.ci_low <= 2.0 <= a.ci_high
-    b = out[out.method == "b"].iloc[0]
-    assert b.n == 1 and math.isnan(b.ci_low)
-
-
-def test_summarize_two_group_columns_and_missing_column():
-    df = pd.DataFrame({"m": ["x", "x", "y"], "w": ["s", "c", "s"], "t": [1.0, 2.0, 3.0]})
-    out = summarize(df, ["m", "w"], "t", n_resamples=50)
-    assert len(out) == 3 and list(out.columns[:2]) == ["m", "w"]
-    with pytest.raises(ValueError):
-        summarize(df, "m", "nope")

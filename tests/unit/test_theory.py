@@ -1,8 +1,7 @@
-"""Unit tests for specdec_helpers.theory, against values worked out by hand in the comments."""
+"""Unit tests for specdec_helpers.costmodel.theory, against values worked out by hand in the comments."""
 
 import math
 
-import pandas as pd
 import pytest
 
 from specdec_helpers.costmodel.theory import (
@@ -14,7 +13,6 @@ from specdec_helpers.costmodel.theory import (
     concurrency_speedup,
     expected_tokens_per_pass,
     predicted_speedup,
-    speedup_table,
 )
 
 # SmolLM2-135M on one CPU core: a forward over n positions vs one decode step (keys are positions,
@@ -65,6 +63,15 @@ def test_alpha_from_mean_acceptance_length_roundtrip():
     assert alpha_from_mean_acceptance_length(4.0, 3) == 1.0
 
 
+def test_alpha_from_mean_acceptance_length_clipped_inverts_expected_tokens():
+    # the issue's example: rate 0.186 with mean acceptance length 1.74 at k = 4 is alpha of about 0.43
+    alpha = alpha_from_mean_acceptance_length(1.74, 4, clip=True)
+    assert alpha == pytest.approx(0.43, abs=0.01)
+    assert expected_tokens_per_pass(alpha, 4) == pytest.approx(1.74)
+    assert math.isnan(alpha_from_mean_acceptance_length(float("nan"), 4, clip=True))
+    assert alpha_from_mean_acceptance_length(9.0, 4, clip=True) == pytest.approx(1.0)  # clipped to k + 1
+
+
 @pytest.mark.parametrize("mal,k", [(0.9, 3), (4.5, 3), (2.0, 0)])
 def test_alpha_from_mean_acceptance_length_bad_input(mal, k):
     with pytest.raises(ValueError):
@@ -112,23 +119,16 @@ def test_verify_cost_interpolation_and_extrapolation():
     assert v(10) == pytest.approx(2.4)
 
 
-def test_verify_cost_adds_k1_and_free():
+def test_verify_cost_adds_k1():
     v = VerifyCost({3: 1.5})
     # n=1 -> 1.0 added; n=2 halfway to 1.5 -> 1.25; extrapolated slope 0.25 -> n=5 is 2.0
     assert v(1) == 1.0 and v(2) == pytest.approx(1.25) and v(5) == pytest.approx(2.0)
-    f = VerifyCost.free()
-    assert all(f(n) == 1.0 for n in (1, 2, 5, 64))
 
 
 def test_verify_cost_falling_extrapolation_is_floored():
     # a noisy falling last segment (1.5 -> 1.4) must not extrapolate to a negative cost
     v = VerifyCost({2: 1.5, 4: 1.4})
     assert v(100) == pytest.approx(1.0)  # floored at the smallest measured ratio (n=1)
-
-
-def test_verify_cost_from_times():
-    v = VerifyCost.from_times({1: 0.05, 4: 0.105})
-    assert v(4) == pytest.approx(2.1)
 
 
 @pytest.mark.parametrize("bad", [{}, {2: -1.0}, {0: 1.0}, {2: float("nan")}])
@@ -147,7 +147,6 @@ def test_verify_cost_bad_k():
 def test_predicted_speedup_paper_formula():
     # free verify (v=1): 3.3616 / (4*0.1 + 1) = 3.3616 / 1.4 = 2.40114
     assert predicted_speedup(0.8, 4, 0.1) == pytest.approx(2.401142857)
-    assert predicted_speedup(0.8, 4, 0.1, VerifyCost.free()) == pytest.approx(2.401142857)
 
 
 def test_predicted_speedup_measured_verify():
@@ -206,18 +205,6 @@ def test_best_k_do_not_speculate():
     assert best_k(0.3, 0.25, CPU_VERIFY) == (0, 1.0)
 
 
-# ---------------------------------------------------------------- table
-def test_speedup_table_is_tidy():
-    df = speedup_table([0.6, 0.8], [1, 2, 4], 0.1)
-    assert isinstance(df, pd.DataFrame)
-    assert {"alpha", "k", "c", "E", "predicted_speedup"} <= set(df.columns)
-    assert len(df) == 6
-    row = df[(df.alpha == 0.8) & (df.k == 4)].iloc[0]
-    assert row.E == pytest.approx(3.3616)
-    assert row.predicted_speedup == pytest.approx(2.401142857)
-    assert len(speedup_table([0.8], [4], [0.1, 0.25], CPU_VERIFY)) == 2
-
-
 # ---------------------------------------------------------------- break-even
 def test_break_even_alpha_by_hand():
     # k=1, c=0.25, v(1) = CPU_VERIFY(2 positions) = 1.6: need 1 + alpha = 0.25 + 1.6 -> alpha = 0.85
@@ -271,7 +258,7 @@ def test_concurrency_speedup_falls_with_batch():
 
 def test_concurrency_speedup_batch_one_matches_predicted():
     times = {1: 0.05, 2: 0.08, 4: 0.105, 8: 0.115}
-    v = VerifyCost.from_times(times)
+    v = VerifyCost({n: t / times[1] for n, t in times.items()})
     assert concurrency_speedup(0.7, 3, 0.25, times, 1) == pytest.approx(predicted_speedup(0.7, 3, 0.25, v))
 
 
@@ -341,9 +328,3 @@ def test_concurrency_speedup_with_coverage_by_hand():
     # f=1 is the formula without coverage; f=0 is plain decoding
     assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1, coverage=1.0) == pytest.approx(2.198297872)
     assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 64, coverage=0.0) == pytest.approx(1.0)
-
-
-def test_speedup_table_carries_coverage():
-    df = speedup_table([0.8], [4], 0.1, coverage=0.5)
-    # as in test_coverage_mixes_speculative_and_plain_steps: 2.1808 / 1.2
-    assert df.loc[0, "predicted_speedup"] == pytest.approx(2.1808 / 1.2)

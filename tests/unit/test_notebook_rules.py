@@ -1,0 +1,107 @@
+"""The decision rules the notebooks define in plain sight (so a learner can read and change them), run here
+from the notebooks' own source: a rule edited in a notebook is the rule tested."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def notebook_names(notebook: str, *names: str) -> dict:
+    """Execute, from ``notebook``'s code cells, only the top-level definitions of ``names`` (functions and
+    constants), in a namespace holding numpy and math; return that namespace."""
+    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
+    namespace: dict = {"np": np, "math": math}
+    found = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not any(name in cell.source for name in names):
+            continue
+        for node in ast.parse(cell.source).body:
+            defined = ({node.name} if isinstance(node, ast.FunctionDef) else
+                       {t.id for t in node.targets if isinstance(t, ast.Name)} if isinstance(node, ast.Assign)
+                       else set())
+            if defined & set(names):
+                exec(compile(ast.Module([node], []), notebook, "exec"), namespace)
+                found |= defined
+    missing = set(names) - found
+    assert not missing, f"{notebook} no longer defines {sorted(missing)} at the top level of a code cell"
+    return namespace
+
+
+@pytest.mark.parametrize("point, lo, hi, reading", [
+    (1.4, 1.2, 1.5, "faster"), (0.8, 0.7, 0.9, "slower"), (1.1, 0.9, 1.3, "not distinguishable from 1x"),
+    (1.2, float("nan"), float("nan"), "faster (one prompt, no interval)"), (float("nan"), 0, 0, "not measured")])
+def test_05_speedup_reading(point, lo, hi, reading):
+    rule = notebook_names("05_structured_vs_creative.ipynb", "speedup_reading")["speedup_reading"]
+    assert rule(point, lo, hi) == reading
+
+
+@pytest.mark.parametrize("low, predicted, fits, enable", [
+    (1.20, 1.30, True, True),
+    (1.04, 1.30, True, False),          # interval not clearly above 1 + MIN_GAIN
+    (float("nan"), 1.30, True, False),  # no interval: never enable
+    (1.20, 1.02, True, False),          # the cost model says the gain is gone at this concurrency
+    (1.20, 1.30, False, False),         # the draft does not fit
+])
+def test_07_enable_rule(low, predicted, fits, enable):
+    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule")
+    assert names["MIN_GAIN"] == 0.05
+    assert names["enable_rule"](low, predicted, fits) is enable
+
+
+def test_07_verdict_explains_each_condition_with_the_notebooks_rule():
+    from specdec_helpers.costmodel.verdict import decide
+
+    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule")
+    best = {"candidate": "draft", "k": 4, "best_k": 4, "measured_speedup": 1.3, "speedup_ci_low": 1.2,
+            "speedup_ci_high": 1.4, "acceptance_rate": 0.8, "mean_acceptance_length": 3.0, "c": 0.2,
+            "verify_cost_k_plus_1": 1.1, "predicted_decode_speedup": 1.5, "measured_decode_speedup": 1.4,
+            "predicted_speedup_at_best_k": 1.5}
+    common = dict(rule=names["enable_rule"], min_gain=names["MIN_GAIN"], by_class={}, concurrency=4, memory=None)
+    yes = decide(best, predicted_at_concurrency=1.3, **common)
+    no = decide(best, predicted_at_concurrency=1.01, **common)
+    assert yes.enable and not no.enable
+    assert "clearly above 1." in yes.reasons[0] and "clearly above 1." in no.reasons[0]
+    assert "verification is no longer free" in no.reasons[2]
+
+
+@pytest.mark.parametrize("max_k", [8])
+def test_04_and_07_search_best_k_up_to_the_same_max_k(max_k):
+    for notebook in ("04_choosing_a_draft.ipynb", "07_is_it_worth_it.ipynb"):
+        assert notebook_names(notebook, "MAX_K")["MAX_K"] == max_k
+
+
+def test_06_steady_state_window_keeps_only_the_gaps_where_all_streams_decode():
+    from specdec_helpers.measure.load import steady_state_gaps
+
+    window = notebook_names("06_context_and_concurrency.ipynb", "steady_state_window")["steady_state_window"]
+    # stream A starts at 0 and steps every 1.0 s; stream B joins at 2.5 (before it, A decoded alone); both
+    # end by 6.5. Window [2.5, 6.0]: A's gaps 3-4, 4-5, 5-6 and B's 2.5-3.5, 3.5-4.5, 4.5-5.5
+    a = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    b = [2.5, 3.5, 4.5, 5.5, 6.5]
+    assert sorted(steady_state_gaps([a, b], window)) == [1.0] * 6
+    assert steady_state_gaps([[0.0, 1.0, 2.0], [1.5]], window) == []
+    assert steady_state_gaps([], window) == []
+
+
+def test_07_times_decode_steps_with_the_window_of_06():
+    arrivals = [[0.0, 1.0, 2.0, 3.0], [0.5, 1.5, 2.5], [0.2, 4.0]]
+    six = notebook_names("06_context_and_concurrency.ipynb", "steady_state_window")["steady_state_window"]
+    nb = nbformat.read(NOTEBOOKS / "07_is_it_worth_it.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def steady_state_window" in c.source)
+    func = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
+                and n.name == "steady_state_window")
+    namespace: dict = {}
+    exec(compile(ast.Module([func], []), "07", "exec"), namespace)
+    assert namespace["steady_state_window"](arrivals) == six(arrivals) == (0.5, 2.5)
+
+
+def test_00_self_draft_safety():
+    assert notebook_names("00_setup_check.ipynb", "SELF_DRAFT_SAFETY")["SELF_DRAFT_SAFETY"] == 0.75
