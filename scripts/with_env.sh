@@ -67,10 +67,14 @@ pip_install() {  # pip install -r requirements with optional extra index; stderr
     echo "$key" > "$env/.specdec-pins"
     touch "$env/.specdec-complete"
   fi
+  # reinstalled when it points at another clone, or when pyproject.toml changed (its entry points, e.g. the
+  # vLLM plugin's module path, live in the installed metadata)
+  project=$( { echo "$root"; cat "$root/pyproject.toml"; } | sha256sum | cut -c1-16)
   here=$(cd / && "$env/bin/python" -I -c 'import pathlib, specdec_helpers; print(pathlib.Path(specdec_helpers.__file__).resolve().parent.parent)' 2>/dev/null || true)
-  if [ "$here" != "$root" ]; then
+  if [ "$here" != "$root" ] || [ "$(cat "$env/.specdec-project" 2>/dev/null)" != "$project" ]; then
     "$env/bin/python" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e "$root" \
       2> >(grep -v "^WARNING: Location" >&2)
+    echo "$project" > "$env/.specdec-project"
   fi
 ) 9>"$cache/envs/.lock-$kind"
 
