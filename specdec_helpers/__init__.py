@@ -3,8 +3,8 @@
 What the notebooks import, by responsibility (each subpackage imports only those above it):
 
 stats        medians, spread and bootstrap intervals (no project imports)
-report       the run folder, recorded values, provenance, "what you should see"
 engine       start and stop vLLM servers, never leaving one running; the CPU sampling fix
+report       the run folder, recorded values, provenance, "what you should see"
 models       model names -> one resolved model (directory, config, tokenizer), provisioned once
 measure      prompts, timed requests, /metrics counters, prefill/decode phases, concurrent load
 memory       weights and KV caches of a target and a draft in one budget

@@ -1,13 +1,12 @@
 """The talk's live demo: a baseline and a speculative server, side by side, on the same prompt.
 
-``ServerPair`` keeps both servers up across notebook cells (the panel needs them after its cell ends).
-How they share the machine is a choice every number states: ``split_cpu_cores=True`` (CPU) pins each to
-half the cores, so both can answer at once but each has half the memory bandwidth; otherwise (and on
-one GPU) only one-after-the-other timings are fair.
+Every number says how the two shared the machine (``ServerPair.comparison``): ``split_cpu_cores`` pins each to
+half the CPU cores, so both can answer at once but each has half the memory bandwidth.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import math
 import threading
@@ -18,23 +17,25 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from specdec_helpers.engine.serving import VLLMServer, core_share, cores_spec
+from specdec_helpers.engine.serving import (
+    VLLMServer,
+    core_share,
+    cores_spec,
+    usable_core_ids,
+)
 from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
 from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
-from specdec_helpers.report.provenance import usable_core_ids
 
 MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
 
 def split_cores(n_parts: int = 2) -> list[str]:
-    """Disjoint ``VLLM_CPU_OMP_THREADS_BIND`` ranges of the cores this process may use (under
-    ``taskset -c 2,3``: '2' and '3'); with fewer cores than parts, parts share the last core."""
-    cores = usable_core_ids()
-    return [cores_spec(core_share(cores, i, n_parts)) for i in range(n_parts)]
+    """Disjoint thread-bind ranges of the cores this process may use; with too few cores, parts share the last."""
+    return [cores_spec(core_share(usable_core_ids(), i, n_parts)) for i in range(n_parts)]
 
 
 class ServerPair:
-    """Baseline and speculative servers of one target; ``split_cpu_cores`` is ignored on a GPU."""
+    """Baseline and speculative servers of one target, up across notebook cells; ``split_cpu_cores``: CPU only."""
 
     def __init__(self, target_dir, speculative_config: dict[str, Any], split_cpu_cores: bool = True,
                  **server_options: Any):
@@ -80,46 +81,28 @@ class ServerPair:
     def measure(self, prompts: Sequence, temperatures: Sequence[float], **options: Any) -> pd.DataFrame:
         """Every prompt at every temperature on both, one request at a time: alternating when started (drift
         hits both alike), else one server at a time (machines that cannot hold both, e.g. 1.5B fp32 on 24 GB)."""
-        if self.running:
-            for server in self.servers:
-                warm_up(server)
-            frames = [measure_prompts(self.servers, prompts, temperature=t, **options) for t in temperatures]
-        else:
-            frames = []
-            for server in self.servers:
-                with server:
+        together, frames = self.running, []
+        for group in [self.servers] if together else [[server] for server in self.servers]:
+            with contextlib.nullcontext() if together else group[0]:  # started here: stopped at the end of the block
+                for server in group:
                     warm_up(server)
-                    frames += [measure_prompts([server], prompts, temperature=t, **options) for t in temperatures]
+                frames += [measure_prompts(group, prompts, temperature=t, **options) for t in temperatures]
         return pd.concat(frames, ignore_index=True)
 
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
 
-    def run_both(self, messages: Sequence[dict], *, temperature: float, max_tokens: int,
-                 seed: int = 0, at_once: bool | None = None) -> pd.DataFrame:
-        """The same request to both; ``compared`` says how (``at_once`` None: at once only on own cores)."""
-        at_once = self.own_cores if at_once is None else at_once
-        measured = _on_both(self.servers, at_once, lambda s: measure_request(
-            s, messages, temperature=temperature, max_tokens=max_tokens, seed=seed))
-        df = pd.DataFrame([{"server": name, "text": m.result.text, "ttft_s": m.result.ttft_s,
-                            "e2e_s": m.result.e2e_s, "completion_tokens": m.result.completion_tokens,
-                            "decode_tokens_per_s": m.result.decode_tokens_per_s,
-                            "acceptance_rate": m.counters.acceptance_rate if name == "speculative" else float("nan")}
-                           for name, m in measured.items()])
-        base = df.set_index("server").loc["baseline", "decode_tokens_per_s"]
-        df["speedup_tokens_per_s"] = df["decode_tokens_per_s"] / base
-        df["compared"] = self.comparison(at_once)
-        return df
-
-
-def _on_both(servers: Sequence[VLLMServer], at_once: bool, work: Callable[[VLLMServer], Any]) -> dict[str, Any]:
-    """``work(server)`` for each server: at the same moment (one thread each) or one after the other."""
-    if not at_once:
-        return {s.name: work(s) for s in servers}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {s.name: pool.submit(work, s) for s in servers}
-    return {name: future.result() for name, future in futures.items()}
+    def run_both(self, messages: Sequence[dict], *, temperature: float, max_tokens: int) -> pd.DataFrame:
+        """The same request to both (at the same moment only on own cores); ``compared`` says how."""
+        measured = race(self, messages, at_once=self.own_cores, work=measure_request, temperature=temperature,
+                        max_tokens=max_tokens, seed=0)
+        fields = ("text", "ttft_s", "e2e_s", "completion_tokens", "decode_tokens_per_s")
+        base = measured["baseline"].result.decode_tokens_per_s
+        return pd.DataFrame([{"server": name, **{f: getattr(m.result, f) for f in fields},
+                              "acceptance_rate": m.counters.acceptance_rate if name == "speculative" else float("nan"),
+                              "speedup_tokens_per_s": m.result.decode_tokens_per_s / base,
+                              "compared": self.comparison(self.own_cores)} for name, m in measured.items()])
 
 
 def demo_panel(pair: ServerPair, prompts_by_tab: dict[str, list], default_temperature: dict[str, float],
@@ -151,49 +134,37 @@ class LiveAnswer:
         return float("nan") if self.first_token_at is None else self.first_token_at - self.started
 
     @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens after the first per second since the first (measure's definition), live."""
+    def decode_tokens_per_s(self) -> float:  # tokens after the first per second since the first (as measure), live
         if self.first_token_at is None or self.completion_tokens < 2:
             return float("nan")
-        until = self.last_token_at if self.done and self.last_token_at else time.perf_counter()
-        span = until - self.first_token_at
+        span = (self.last_token_at if self.done else time.perf_counter()) - self.first_token_at  # both set together
         return (self.completion_tokens - 1) / span if span > 0 else float("nan")
 
     @property
-    def e2e_tokens_per_s(self) -> float:
-        """All tokens per second of the whole request, prefill included (what a user waits for)."""
+    def e2e_tokens_per_s(self) -> float:  # all tokens per second of the request, prefill included (what users wait for)
         span = self.ended - self.started if self.done else 0.0
-        return self.completion_tokens / span if self.done and span > 0 else float("nan")
+        return self.completion_tokens / span if span > 0 else float("nan")
 
     def stats_html(self) -> str:
-        parts = [] if self.first_token_at is None else [f"TTFT {self.ttft_s * 1000:.0f} ms"]
-        if math.isfinite(self.decode_tokens_per_s):
-            parts.append(f"{self.decode_tokens_per_s:.1f} tokens/s")
-        parts.append(f"{self.completion_tokens} tokens")
-        if self.counters is not None and self.counters.draft_tokens:
-            parts += [f"acceptance {self.counters.acceptance_rate:.0%}",
-                      f"{self.counters.mean_acceptance_length:.2f} tokens per target pass"]
-        return f"<small>{' · '.join(parts)} · <i>{'done' if self.done else 'streaming...'}</i></small>"
+        rate, c = self.decode_tokens_per_s, self.counters
+        parts = ["" if self.first_token_at is None else f"TTFT {self.ttft_s * 1000:.0f} ms",
+                 f"{rate:.1f} tokens/s" if math.isfinite(rate) else "", f"{self.completion_tokens} tokens",
+                 f"acceptance {c.acceptance_rate:.0%} · {c.mean_acceptance_length:.2f} tokens per target pass"
+                 if c is not None and c.draft_tokens else "", f"<i>{'done' if self.done else 'streaming...'}</i>"]
+        return f"<small>{' · '.join(p for p in parts if p)}</small>"
 
 
 def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: float, max_tokens: int,
-                seed: int = 0, on_update: Callable[[LiveAnswer], None] | None = None,
-                min_interval_s: float = 0.1) -> LiveAnswer:
-    """Stream one chat completion, calling ``on_update`` as tokens arrive and at the end.
-
-    ``min_interval_s`` throttles updates (more would flood the browser with widget messages). Token
-    counts come from the server's ``continuous_usage_stats``: one speculative chunk can carry several.
-    """
+                on_update: Callable[[LiveAnswer], None] = lambda _: None, min_interval_s: float = 0.1) -> LiveAnswer:
+    """Stream one chat completion, calling ``on_update`` as tokens arrive (at most every ``min_interval_s``: more would
+    flood the browser) and at the end. Token counts are the server's: one speculative chunk can carry several."""
     answer = LiveAnswer(server=server.name)
-    speculative = bool(server.speculative_config)
-    notify = on_update or (lambda _: None)
     try:
-        before = read_spec_counters(server.base_url) if speculative else None
+        before = read_spec_counters(server.base_url) if server.speculative_config else None
         answer.started = time.perf_counter()
         stream = server.client().chat.completions.create(
-            model=server.served_model_name, messages=list(messages), max_tokens=max_tokens,
-            temperature=temperature, seed=seed, stream=True,
-            extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+            model=server.served_model_name, messages=list(messages), max_tokens=max_tokens, temperature=temperature,
+            seed=0, stream=True, extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
         shown = 0.0
         for chunk in stream:
             now = time.perf_counter()
@@ -208,23 +179,25 @@ def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: fl
                 answer.completion_tokens += 1
             if piece and now - shown >= min_interval_s:
                 shown = now
-                notify(answer)
+                on_update(answer)
         answer.ended = time.perf_counter()
-        if speculative:
+        if before is not None:
             answer.counters = read_spec_counters(server.base_url) - before
     except Exception as exc:  # shown in the pane; the other server's answer goes on
         answer.error = f"{type(exc).__name__}: {exc}"
         answer.ended = answer.ended or time.perf_counter()
-    notify(answer)
+    on_update(answer)
     return answer
 
 
-def race(pair: "ServerPair", messages: Sequence[dict], *, temperature: float, max_tokens: int,
-         seed: int = 0, at_once: bool = True,
-         on_update: Callable[[LiveAnswer], None] | None = None) -> dict[str, LiveAnswer]:
-    """The same request to both servers, streamed: at the same moment (the live race) or one after the other."""
-    return _on_both(pair.servers, at_once, lambda s: stream_live(
-        s, messages, temperature=temperature, max_tokens=max_tokens, seed=seed, on_update=on_update))
+def race(pair: ServerPair, messages: Sequence[dict], *, at_once: bool = True,
+         work: Callable[..., Any] = stream_live, **request: Any) -> dict[str, Any]:
+    """``work(server, messages, **request)`` on both (by default the live race): at once, or one after the other."""
+    if not at_once:
+        return {s.name: work(s, messages, **request) for s in pair.servers}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {s.name: pool.submit(work, s, messages, **request) for s in pair.servers}
+    return {name: future.result() for name, future in futures.items()}
 
 
 def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
@@ -232,72 +205,60 @@ def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
     base, spec = answers["baseline"], answers["speculative"]
     if base.error or spec.error:
         return "<b style='color:#b00'>A server failed; see its pane.</b>"
-    decode = spec.decode_tokens_per_s / base.decode_tokens_per_s
-    e2e = spec.e2e_tokens_per_s / base.e2e_tokens_per_s
-    acceptance = (f", acceptance {spec.counters.acceptance_rate:.0%}"
-                  if spec.counters is not None and spec.counters.draft_tokens else "")
-    return (f"<b>Speedup: {decode:.2f}x decode tokens/s, {e2e:.2f}x end-to-end tokens/s</b>{acceptance} "
+    acceptance = f", acceptance {c.acceptance_rate:.0%}" if (c := spec.counters) and c.draft_tokens else ""
+    return (f"<b>Speedup: {spec.decode_tokens_per_s / base.decode_tokens_per_s:.2f}x decode tokens/s, "
+            f"{spec.e2e_tokens_per_s / base.e2e_tokens_per_s:.2f}x end-to-end tokens/s</b>{acceptance} "
             f"<small>(speculative / baseline on this one prompt; {html.escape(compared)})</small>")
 
 
 class ArenaPanel:
     """The widgets of the side-by-side demo; every control carries a ``specdec-...`` CSS class for browser tests."""
 
-    def __init__(self, pair: "ServerPair", prompts_by_tab: dict[str, list],
-                 default_temperature: dict[str, float], max_tokens: int = 128):
+    def __init__(self, pair: ServerPair, prompts_by_tab: dict[str, list], default_temperature: dict[str, float],
+                 max_tokens: int = 128):
         import ipywidgets as w
-
-        self.pair = pair
-        self.default_temperature = default_temperature
-        self.tab_titles = list(prompts_by_tab)
+        self.pair, self.default_temperature, self.tab_titles = pair, default_temperature, list(prompts_by_tab)
         wide = {"description_width": "initial"}  # labels in full, never "temperat..."
         self.pickers = [w.Dropdown(options=[(f"{p.subcategory}: {p.user_text[:70]}", p) for p in prompts],
                                    description="prompt", layout=w.Layout(width="98%"), style=wide
                                    ).add_class(f"specdec-picker-{title.lower()}")
                         for title, prompts in prompts_by_tab.items()]
         self.tabs = w.Tab(children=[w.VBox([p]) for p in self.pickers], titles=self.tab_titles)
-        self.tabs.add_class("specdec-tabs")
-        self.free_text = w.Textarea(placeholder="...or type your own prompt (used instead of the picked one "
-                                    "when not empty)", layout=w.Layout(width="98%", height="3.5em")
-                                    ).add_class("specdec-free-text")
-        first = self.tab_titles[0] if self.tab_titles else ""
-        self.temperature = w.FloatSlider(value=default_temperature.get(first, 0.0), min=0.0, max=1.5, step=0.1,
-                                         description="temperature", style=wide)
+        self.free_text = w.Textarea(placeholder="...or type your own prompt (used instead of the picked one when not "
+                                    "empty)", layout=w.Layout(width="98%", height="3.5em"))
+        self.temperature = w.FloatSlider(value=default_temperature.get(next(iter(prompts_by_tab), ""), 0.0), min=0.0,
+                                         max=1.5, step=0.1, description="temperature", style=wide)
         self.max_tokens = w.IntSlider(value=max_tokens, min=8, max=MAX_TOKENS_LIMIT, step=8,
                                       description="max tokens", style=wide)
         self.mode = w.ToggleButtons(options=[("side by side", True), ("one after the other", False)],
-                                    value=bool(getattr(pair, "own_cores", True)), style={"button_width": "auto"}
-                                    ).add_class("specdec-mode")
+                                    value=bool(pair.own_cores), style={"button_width": "auto"})
         self.button = w.Button(description="Send to both", button_style="primary", icon="play")
-        self.button.add_class("specdec-send")
         self.panes = {s.name: (w.HTML().add_class(f"specdec-stats-{s.name}"),
                                w.HTML().add_class(f"specdec-answer-{s.name}")) for s in pair.servers}
         columns = [w.VBox([w.HTML(f"<b>{html.escape(name)}</b>"), *pane],
                           layout=w.Layout(width="50%", padding="0 6px")) for name, pane in self.panes.items()]
         self.summary = w.HTML().add_class("specdec-summary")
-        self.tabs.observe(self._on_tab, names="selected_index")
-        self.button.on_click(self._on_click)
         self.widget = w.VBox([self.tabs, self.free_text, w.HBox([self.temperature, self.max_tokens]),
                               w.HBox([self.mode, self.button]), w.HBox(columns), self.summary])
-        self.widget.add_class("specdec-arena")
+        for widget, css in ((self.tabs, "tabs"), (self.free_text, "free-text"), (self.mode, "mode"),
+                            (self.button, "send"), (self.widget, "arena")):
+            widget.add_class(f"specdec-{css}")  # what the browser tests look for
+        self.tabs.observe(self._on_tab, names="selected_index")
+        self.button.on_click(self._on_click)
 
     def _on_tab(self, change) -> None:
-        title = self.tab_titles[change["new"]]
-        self.temperature.value = self.default_temperature.get(title, self.temperature.value)
+        self.temperature.value = self.default_temperature.get(self.tab_titles[change["new"]], self.temperature.value)
 
     def messages(self) -> list[dict]:
-        typed = self.free_text.value.strip()
-        if typed:
+        if typed := self.free_text.value.strip():
             return [{"role": "user", "content": typed}]
         return self.pickers[self.tabs.selected_index or 0].value.messages
 
     def _show(self, answer: LiveAnswer) -> None:
         stats, text = self.panes[answer.server]
         stats.value = answer.stats_html()
-        body = html.escape(answer.text)
-        if answer.error:
-            body += f"\n<span style='color:#b00'>{html.escape(answer.error)}</span>"
-        text.value = f"<pre style='white-space:pre-wrap;font-size:85%;margin:0'>{body}</pre>"
+        error = f"\n<span style='color:#b00'>{html.escape(answer.error)}</span>" if answer.error else ""
+        text.value = f"<pre style='white-space:pre-wrap;font-size:85%;margin:0'>{html.escape(answer.text)}{error}</pre>"
 
     def _on_click(self, _=None) -> None:
         self.button.disabled = True
@@ -315,5 +276,4 @@ class ArenaPanel:
                 self.summary.value = f"<pre style='color:#b00'>{html.escape(repr(exc))}</pre>"
             finally:
                 self.button.disabled = False
-
         threading.Thread(target=work, daemon=True).start()

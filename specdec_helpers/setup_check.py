@@ -1,37 +1,36 @@
-"""Plumbing for notebook 00 (setup check): size its servers from the memory plan, and explain a
-greedy answer that is not token-identical to the baseline's.
-
-The check starts the target as its *own* draft, doubling its weights and KV bytes per token: easy for
-a CPU's RAM, not for a GPU at ``gpu_memory_utilization=0.45`` (an 8B self-draft on an 80 GB card
-leaves a few thousand KV tokens). So it asks for no more context than its requests need and falls
-back to the profile's draft when the self-draft does not fit. Greedy speculative output is the
-target's own only *in exact arithmetic*: in bf16 a verify pass rounds differently from one-token
-decoding, and a near tie of the target's two best tokens can flip (:func:`explain_divergence`).
-"""
+"""Plumbing for notebook 00 (setup check): size its servers from the memory plan, and explain a greedy
+answer that is not token-identical to the baseline's. The check starts the target as its *own* draft,
+doubling its weights and KV bytes per token (an 8B self-draft on an 80 GB card at 0.45 leaves a few thousand
+KV tokens), so it asks for no more context than its requests need and falls back to the profile's draft.
+Greedy speculative output is the target's own only *in exact arithmetic*: in bf16 a verify pass rounds
+differently from one-token decoding, and a near tie of the target's two best tokens can flip."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from specdec_helpers import memory, preflight
+from specdec_helpers import memory
 from specdec_helpers.costmodel.analysis import first_difference
+from specdec_helpers.engine.serving import cpu_serving_dtype
 from specdec_helpers.models.resolve import ResolvedModel
+from specdec_helpers.preflight import checks as preflight_checks
 
-#: A split between two greedy answers is called a near tie when the baseline's logits of the two
-#: candidate tokens differ by at most this much (e^1: one candidate at most 2.7 times as likely as
-#: the other). Rounding differences between a batched verify pass and one-token decoding move
-#: logits by far less than a whole unit, so a split at a larger gap needs another explanation.
+#: A split between two greedy answers is a near tie when the baseline's logits of the two candidates differ by
+#: at most this (e^1: one at most 2.7 times as likely as the other). Rounding differences between a batched
+#: verify pass and one-token decoding move logits by far less, so a larger gap needs another explanation.
 NEAR_TIE_LOGIT_GAP = 1.0
 
 
-def setup_context_len(needed_tokens: int, max_model_len: int, floor: int = 2048, step: int = 1024) -> int:
+def setup_context_len(needed_tokens: int, max_model_len: int) -> int:
     """The ``max_model_len`` the setup check's servers ask for: its longest request (prompt + answer)
-    rounded up to ``step``, at least ``floor``, never above the profile's ``max_model_len``."""
+    rounded up to 1,024, at least 2,048, never above the profile's ``max_model_len``."""
     if needed_tokens < 1 or max_model_len < 1:
         raise ValueError("needed_tokens and max_model_len must be positive token counts")
-    return min(max_model_len, max(floor, math.ceil(needed_tokens / step) * step))
+    return min(max_model_len, max(2048, math.ceil(needed_tokens / 1024) * 1024))
 
 
 @dataclass(frozen=True)
@@ -51,43 +50,37 @@ def _shape(model: Any) -> memory.ModelShape:
     return model.shape if isinstance(model, ResolvedModel) else memory.model_shape(model)
 
 
-def cpu_ram_for(shapes: Sequence[memory.ModelShape], cpu_kv_cache_gib: float) -> tuple[float, float]:
-    """(bytes one CPU server of these models needs, by the preflight's formula and in its served dtype, bytes free)."""
-    from specdec_helpers.engine.serving import cpu_serving_dtype
-
+def _cpu_ram(shapes: Sequence[memory.ModelShape], cpu_kv_cache_gib: float) -> float:
+    """Bytes one CPU server of these models needs, by the preflight's formula and in its served dtype."""
     weights = sum(memory.weight_bytes(s, cpu_serving_dtype("auto")) for s in shapes)
-    return preflight.cpu_servers_ram_bytes(weights, 1, cpu_kv_cache_gib), float(preflight.available_ram_bytes())
+    return preflight_checks.cpu_servers_ram_bytes(weights, 1, cpu_kv_cache_gib)
 
 
 def size_setup_servers(*, platform: str, target: Any, target_key: str, profile_draft: Any | None,
                        profile_draft_key: str | None, needed_tokens: int, max_model_len: int, gpu: Any = None,
                        gpu_memory_utilization: float = 0.45, cpu_kv_cache_gib: float = 1, kv_dtype: str = "bf16",
                        safety: float) -> ServerSizing:
-    """Choose the draft and the context of the setup check's draft-model server.
+    """Choose the draft and the context of the setup check's draft-model server. ``target``, ``profile_draft``:
+    a :class:`ResolvedModel` or what :func:`memory.model_shape` takes; ``*_key``: the profile's names.
 
-    ``target`` and ``profile_draft``: a :class:`ResolvedModel` or anything :func:`memory.model_shape`
-    takes (a catalog name, a model directory); ``*_key`` are the profile's names, returned in ``draft``.
-    On a CPU (exactly ``cpu_kv_cache_gib`` of KV space) the self-draft is used when that space holds one
-    sequence and a second copy of the target fits in free RAM, else the profile's draft (a float32 1.5B
-    target twice needs ~22 GiB). On a GPU (``gpu`` a catalog name or ``memory.GPUSpec``) the self-draft
-    is used when the setup context is at most ``safety`` x the largest the plan allows (notebook 00 says why), else the
-    profile's draft if that fits, else :class:`memory.BudgetError` says what to change.
+    On a CPU the self-draft is used when ``cpu_kv_cache_gib`` holds one sequence and a second target fits in free
+    RAM (a float32 1.5B twice needs ~22 GiB), else the profile's draft. On a GPU it is used when the context is at
+    most ``safety`` x the largest the plan allows (notebook 00 says why), else the profile's draft if that fits.
     """
     context = setup_context_len(needed_tokens, max_model_len)
     target = _shape(target)  # read once, then passed to every plan; the draft's only when it is needed
     if platform == "cpu":
         space = cpu_kv_cache_gib * memory.GIB
         fits = memory.kv_tokens_for_space([target, target], space, kv_dtype=kv_dtype)
-        ram_needed, ram_free = cpu_ram_for([target, target], cpu_kv_cache_gib)
+        ram_needed, ram_free = _cpu_ram([target, target], cpu_kv_cache_gib), preflight_checks.available_ram_bytes()
         if ram_needed > ram_free and profile_draft is not None and profile_draft_key is not None:
             # a second copy of the target does not fit in memory: the profile's (smaller) draft does the job
             draft = _shape(profile_draft)
             fits = memory.kv_tokens_for_space([target, draft], space, kv_dtype=kv_dtype)
-            draft_needed, _ = cpu_ram_for([target, draft], cpu_kv_cache_gib)
             return ServerSizing(profile_draft_key, False, context, fits,
                                 f"the target drafting for itself needs about {ram_needed / memory.GIB:.1f} GiB of "
                                 f"RAM and {ram_free / memory.GIB:.1f} GiB are free; the profile's draft needs "
-                                f"{draft_needed / memory.GIB:.1f} GiB",
+                                f"{_cpu_ram([target, draft], cpu_kv_cache_gib) / memory.GIB:.1f} GiB",
                                 {"self_draft_ram_gib": round(ram_needed / memory.GIB, 1),
                                  "free_ram_gib": round(ram_free / memory.GIB, 1)})
         if fits >= context:
@@ -137,28 +130,20 @@ def size_setup_servers(*, platform: str, target: Any, target_key: str, profile_d
 
 @dataclass
 class GreedyAnswer:
-    """A temperature-0 answer with, per generated token, its text, its log-probability and the
-    log-probabilities of the ``top_logprobs`` best candidates at that position."""
+    """A temperature-0 answer: per generated token its text, log-probability and the 5 best candidates'."""
 
     text: str
     tokens: list[str]
     logprobs: list[float]
     top: list[dict[str, float]]
 
-    @property
-    def tokens_cover_text(self) -> bool:
-        """True when the token strings add up to the text (byte-fallback pieces may not)."""
-        return "".join(self.tokens) == self.text
 
-
-def greedy_answer(server, messages: Sequence[dict], max_tokens: int, top_logprobs: int = 5,
-                  extra_body: dict | None = None) -> GreedyAnswer:
-    """One non-streamed temperature-0 chat completion with log-probabilities (vLLM's raw
+def greedy_answer(server, messages: Sequence[dict], max_tokens: int) -> GreedyAnswer:
+    """One non-streamed temperature-0 chat completion with the 5 best log-probabilities per token (vLLM's raw
     log-probabilities, so a difference of two is a difference of logits)."""
     response = server.client().chat.completions.create(
-        model=server.served_model_name, messages=list(messages), max_tokens=max_tokens,
-        temperature=0.0, logprobs=True, top_logprobs=top_logprobs, extra_body=extra_body or {},
-    )
+        model=server.served_model_name, messages=list(messages), max_tokens=max_tokens, temperature=0.0,
+        logprobs=True, top_logprobs=5)
     choice = response.choices[0]
     content = (choice.logprobs.content if choice.logprobs else None) or []
     return GreedyAnswer(text=choice.message.content or "", tokens=[c.token for c in content],
@@ -186,33 +171,25 @@ class Divergence:
 
 
 def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | None:
-    """None when ``other_text`` equals the baseline's text; otherwise the first differing token.
-
-    The other answer is text only (speculative servers need not return log-probabilities), so its
-    token at the split is recovered as the longest of the baseline's top candidates there that
-    the other text continues with; when none matches (a rarer token, or the other answer ended
-    there), ``other_token`` is the other text's next characters and the gap a lower bound.
-    """
+    """None when ``other_text`` equals the baseline's text; otherwise the first differing token. The other
+    answer is text only (speculative servers need not return log-probabilities), so its token at the split is
+    the longest of the baseline's top candidates there that the other text continues with; when none matches
+    (a rarer token, or the other answer ended), ``other_token`` is its next characters and the gap a lower bound."""
     offset = first_difference(baseline.text, other_text)
     if offset is None:
         return None
-    if not baseline.tokens or not baseline.tokens_cover_text:
+    if not baseline.tokens or "".join(baseline.tokens) != baseline.text:  # byte-fallback pieces may not add up
         return Divergence(offset, None, None, other_text[offset:offset + 8] or None, None, None, None)
-    start = 0
-    for position, token in enumerate(baseline.tokens):
-        if start + len(token) > offset:
-            break
-        start += len(token)
-    else:  # the baseline ended where the other answer goes on
+    ends = list(itertools.accumulate(len(token) for token in baseline.tokens))
+    position = bisect.bisect_right(ends, offset)  # the token holding the first differing character
+    if position == len(ends):  # the baseline ended where the other answer goes on
         return Divergence(offset, len(baseline.tokens), None, other_text[offset:offset + 8], None, None, None)
+    start = ends[position] - len(baseline.tokens[position])
     # The split is at the token holding the first differing character, or at the one before it
     # when the other answer took a longer token there (" then" where the baseline had " the").
-    starts = [start]
-    if position > 0:
-        starts.append(start - len(baseline.tokens[position - 1]))
-    for pos, tok_start in zip((position, position - 1), starts):
+    for pos in [position, position - 1] if position > 0 else [position]:
         chosen, chosen_lp = baseline.tokens[pos], baseline.logprobs[pos]
-        rest = other_text[tok_start:]
+        rest = other_text[ends[pos] - len(chosen):]
         candidates = [t for t in baseline.top[pos] if t and t != chosen and rest.startswith(t)
                       and (pos == position or len(t) > len(chosen))]
         if candidates:

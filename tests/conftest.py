@@ -17,9 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from specdec_helpers.engine.serving import (
+    VLLMServer,
+    core_share,
+    draft_model_config,
+    ngram_config,
+    usable_core_ids,
+)
 from specdec_helpers.models.resolve import resolve_model
-from specdec_helpers.engine.serving import VLLMServer, core_share, draft_model_config, ngram_config
-from specdec_helpers.report.provenance import usable_core_ids
 
 TARGET = "smollm2-135m-instruct"
 K = 4

@@ -33,9 +33,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tools.profiles import load_profile
-from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from specdec_helpers.engine.serving import HOST, exit_with_parent, free_port
+from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
+from tools.profiles import load_profile
 
 DEMO_NOTEBOOK = REPO_ROOT / "notebooks" / "demo.ipynb"
 # Set in Voila's environment; its kernels and their vLLM servers inherit it, which is how we find
@@ -160,8 +160,8 @@ def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str 
     once, and a float32 1.5B pair (CPUs without fast bf16) needs ~27 GiB. Other problems are left
     to the page's own preflight, which shows them in place."""
     from specdec_helpers.demo import MAX_TOKENS_LIMIT
-    from specdec_helpers.preflight import PreflightError, check_run
     from specdec_helpers.measure.prompts import load_prompt_sets
+    from specdec_helpers.preflight import PreflightError, check_run
 
     params = load_profile(profile, smoke=smoke)
     params.update(overrides)

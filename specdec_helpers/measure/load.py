@@ -23,10 +23,10 @@ from specdec_helpers.stats import nearest_rank_percentile
 
 LOAD_PROMPTS_PER_CLASS = 8  # structured prompts the load test cycles through (notebook 06)
 
+
 def run_concurrent(server: VLLMServer, prompts: Sequence, concurrency: int, requests_per_stream: int = 2,
                    max_tokens: int = 64, temperature: float = 0.0, timeout_s: float = 600.0) -> dict:
-    """``concurrency`` streams of ``requests_per_stream`` requests each; ``TimeoutError`` past ``timeout_s``.
-    The asyncio loop runs in a worker thread, so this works inside Jupyter (whose own loop is busy)."""
+    """``concurrency`` streams of requests on an asyncio loop in a worker thread (Jupyter's own loop is busy)."""
     from openai import AsyncOpenAI
 
     async def drive() -> tuple[float, list[tuple[float, int]]]:
@@ -65,6 +65,7 @@ def run_concurrent(server: VLLMServer, prompts: Sequence, concurrency: int, requ
             "acceptance_rate": counters.acceptance_rate, "drafts": counters.drafts,
             "draft_tokens": counters.draft_tokens, "accepted_tokens": counters.accepted_tokens}
 
+
 #: window(arrivals) -> (begin, end): when every stream decodes (the rule notebook 06 defines and explains)
 Window = Callable[[Sequence[Sequence[float]]], tuple[float, float]]
 
@@ -76,6 +77,7 @@ def steady_state_gaps(arrivals: Sequence[Sequence[float]], window: Window) -> li
         return []
     begin, end = window(streams)
     return [b - a for s in streams for a, b in zip(s, s[1:]) if a >= begin and b <= end]
+
 
 def decode_step_times(server: VLLMServer, batch_sizes: Iterable[int], *, window: Window, output_tokens: int = 24,
                       prompt_tokens: int = 32, seed: int = 0) -> pd.DataFrame:
@@ -105,22 +107,22 @@ def decode_step_times(server: VLLMServer, batch_sizes: Iterable[int], *, window:
                      "output_tokens": output_tokens})
     return pd.DataFrame(rows)
 
+
 def batch_sizes_for(levels: Iterable[int], k: int, largest: int | None = None) -> list[int]:
-    """The sequence counts the cost model needs: ``b`` (plain decode) and ``b * (k + 1)`` (the verify
-    pass), optionally capped at ``largest`` (beyond it the model extrapolates the last two points)."""
+    """``b`` (decode) and ``b * (k + 1)`` (its verify pass), capped at ``largest`` (the model extrapolates beyond)."""
     sizes = sorted({n for b in levels for n in (int(b), int(b) * (k + 1))})
     return sizes if largest is None else sorted({min(n, largest) for n in sizes})
 
+
 @dataclass(frozen=True)
 class Crossover:
-    """Where speculation stops paying (a speedup >= ``threshold``): ``status`` "stops" (paid at the lowest
+    """Where speculation stops paying (find_crossover's threshold): ``status`` "stops" (paid at the lowest
     level, lost from ``level`` on), "never", "always" or "mixed" (lost first, paid higher: noise)."""
 
     status: str
     level: int | None  # set only for "stops"
     last_paying: int | None
     levels: tuple[int, ...]
-    threshold: float = 1.0
 
     def sentence(self, what: str = "Speculation") -> str:
         """A title-sized sentence that is true for this outcome (never names a crossover that isn't)."""
@@ -138,6 +140,7 @@ class Crossover:
         return (f"{what} lost at {lo} stream{'s' * (lo != 1)} but paid at {self.last_paying}: "
                 "no clean crossover (more requests per level would tell)")
 
+
 def find_crossover(speedups: Mapping[int, float], threshold: float = 1.0) -> Crossover:
     """Classify measured (or predicted) speedups by concurrency level; see :class:`Crossover`."""
     if not speedups:
@@ -146,10 +149,10 @@ def find_crossover(speedups: Mapping[int, float], threshold: float = 1.0) -> Cro
     value = {int(b): float(v) for b, v in speedups.items()}
     paying = [b for b in levels if value[b] >= threshold]
     if not paying:
-        return Crossover("never", None, None, levels, threshold)
+        return Crossover("never", None, None, levels)
     if len(paying) == len(levels):
-        return Crossover("always", None, levels[-1], levels, threshold)
+        return Crossover("always", None, levels[-1], levels)
     if value[levels[0]] < threshold:
-        return Crossover("mixed", None, paying[-1], levels, threshold)
+        return Crossover("mixed", None, paying[-1], levels)
     level = next(b for b in levels if value[b] < threshold)
-    return Crossover("stops", level, max(b for b in paying if b < level), levels, threshold)
+    return Crossover("stops", level, max(b for b in paying if b < level), levels)

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from typing import TYPE_CHECKING
 
+import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 _PREFIX = "vllm:spec_decode_num_"
+
 
 @dataclass(frozen=True)
 class SpecCounters:
@@ -29,9 +27,8 @@ class SpecCounters:
 
     def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
         per_position = zip_longest(self.accepted_per_position, earlier.accepted_per_position, fillvalue=0.0)
-        return SpecCounters(drafts=self.drafts - earlier.drafts, draft_tokens=self.draft_tokens - earlier.draft_tokens,
-                            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
-                            accepted_per_position=tuple(a - b for a, b in per_position))
+        return SpecCounters(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
+                            self.accepted_tokens - earlier.accepted_tokens, tuple(a - b for a, b in per_position))
 
     @property
     def acceptance_rate(self) -> float:
@@ -53,29 +50,28 @@ class SpecCounters:
                 "acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
                 **{f"accept_pos{i}": rate for i, rate in enumerate(self.per_position_rate)}}
 
-def pooled_acceptance(rows: "pd.DataFrame") -> dict[str, float]:
+
+def pooled_acceptance(rows: pd.DataFrame) -> dict[str, float]:
     """Acceptance rate and mean acceptance length pooled over requests (rows with the counter columns)."""
     pooled = SpecCounters(rows["drafts"].sum(), rows["draft_tokens"].sum(), rows["accepted_tokens"].sum())
     return {"acceptance_rate": pooled.acceptance_rate, "mean_acceptance_length": pooled.mean_acceptance_length}
+
 
 def parse_spec_counters(text: str) -> SpecCounters:
     """Sum the speculative-decoding counters over all engines and models in a /metrics page."""
     totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
-    for family in text_string_to_metric_families(text):
-        if not family.name.startswith(_PREFIX):
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):  # skip *_created timestamps
-                continue
-            key = sample.name[len(_PREFIX):-len("_total")]
-            if key == "accepted_tokens_per_pos":
-                position = int(sample.labels["position"])
-                per_pos[position] = per_pos.get(position, 0.0) + sample.value
-            elif key in totals:
-                totals[key] += sample.value
-    width = max(per_pos) + 1 if per_pos else 0
-    return SpecCounters(accepted_per_position=tuple(per_pos.get(i, 0.0) for i in range(width)), **totals)
+    families = [f for f in text_string_to_metric_families(text) if f.name.startswith(_PREFIX)]
+    for sample in (s for f in families for s in f.samples if s.name.endswith("_total")):  # not *_created
+        key = sample.name[len(_PREFIX):-len("_total")]
+        if key == "accepted_tokens_per_pos":
+            position = int(sample.labels["position"])
+            per_pos[position] = per_pos.get(position, 0.0) + sample.value
+        elif key in totals:
+            totals[key] += sample.value
+    per_position = tuple(per_pos.get(i, 0.0) for i in range(max(per_pos, default=-1) + 1))
+    return SpecCounters(accepted_per_position=per_position, **totals)
+
 
 def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
     """Fetch ``{base_url}/metrics`` and parse it; a baseline server reports all zeros."""
@@ -83,26 +79,21 @@ def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
     response.raise_for_status()
     return parse_spec_counters(response.text)
 
+
 # The engine's own timings (vllm/v1/metrics/stats.py): without the HTTP and process hops a client times.
 PREFILL_TIME = "vllm:request_prefill_time_seconds"  # first token - first scheduled
 DECODE_TIME = "vllm:request_decode_time_seconds"  # last token - first token
 
+
 def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
-    """``(sum, count)`` of histogram ``name``, over its label sets: ``_sum`` is the exact total of the values,
-    so two reads around a request give its value (the buckets would only bound it)."""
-    total, count, seen = 0.0, 0.0, False
-    for family in text_string_to_metric_families(text):
-        if family.name != name:
-            continue
-        seen = True
-        for sample in family.samples:
-            if sample.name == f"{name}_sum":
-                total += sample.value
-            elif sample.name == f"{name}_count":
-                count += sample.value
-    if not seen:
+    """``(sum, count)`` of histogram ``name`` over its label sets: ``_sum`` is exact, buckets only bound a value."""
+    families = [f for f in text_string_to_metric_families(text) if f.name == name]
+    if not families:
         raise ValueError(f"the /metrics page has no histogram {name!r} (is this a vLLM v1 server?)")
-    return total, count
+    samples = [s for f in families for s in f.samples]
+    total = sum((s.value for s in samples if s.name == f"{name}_sum"), 0.0)
+    return total, sum((s.value for s in samples if s.name == f"{name}_count"), 0.0)
+
 
 def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) -> dict[str, tuple[float, float]]:
     """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
+import timeit
 from typing import Sequence
 
 import numpy as np
@@ -27,9 +28,11 @@ VERIFY_BASE_TOKENS = 256  # the cached prefix verify_cost's passes run on (a who
 VERIFY_REPEATS = 11
 DECODE_STEP_TOKENS = 6  # answer length that times the decode step in each round: 5 steps time it to a few %
 
+
 def random_token_prompt(n_tokens: int, seed: int) -> list[int]:
     """Exactly ``n_tokens`` ids; a new seed gives a prompt the prefix cache has not seen."""
     return np.random.default_rng(seed).integers(*_TOKEN_RANGE, size=n_tokens).tolist()
+
 
 def time_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1) -> float:
     """Seconds for one non-streamed completion (``max_tokens=1``: prefill plus one sample)."""
@@ -39,6 +42,7 @@ def time_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int =
                               temperature=0.0, extra_body={"ignore_eos": True})
     return time.perf_counter() - started
 
+
 def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: int = 3,
                           seed: int = 0) -> pd.DataFrame:
     """Time to first token for fresh prompts of each length, interleaved across repeats."""
@@ -47,16 +51,16 @@ def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: i
             for repeat in range(repeats) for length in lengths]
     return pd.DataFrame(rows)
 
+
 def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3,
                     prompt_tokens: int = ITL_PROMPT_TOKENS, seed: int = 0) -> pd.DataFrame:
     """Gap before each output token of a streamed answer (baseline server: one token per chunk)."""
     client = server.client()
     rows = []
     for repeat in range(repeats):
-        stream = client.completions.create(model=server.served_model_name,
-                                           prompt=random_token_prompt(prompt_tokens, seed=seed + repeat),
-                                           max_tokens=output_tokens, temperature=0.0, stream=True,
-                                           extra_body={"ignore_eos": True})
+        prompt = random_token_prompt(prompt_tokens, seed=seed + repeat)
+        stream = client.completions.create(model=server.served_model_name, prompt=prompt, max_tokens=output_tokens,
+                                           temperature=0.0, stream=True, extra_body={"ignore_eos": True})
         previous, position = None, 0
         for chunk in stream:
             now = time.perf_counter()
@@ -67,6 +71,7 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3,
             previous, position = now, position + 1
     return pd.DataFrame(rows)
 
+
 def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
                             settle_s: float = 2.0) -> dict[str, float]:
     """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic, log stats
@@ -75,22 +80,20 @@ def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_token
     before = metrics.read_histograms(server.base_url, [prefill, decode])
     wall = time_completion(server, prompt_ids, max_tokens=max_tokens)
     deadline = time.monotonic() + settle_s
-    after = metrics.read_histograms(server.base_url, [prefill, decode])
-    while after[prefill][1] <= before[prefill][1] and time.monotonic() <= deadline:
+    while ((after := metrics.read_histograms(server.base_url, [prefill, decode]))[prefill][1] <= before[prefill][1]
+           and time.monotonic() <= deadline):
         time.sleep(0.02)
-        after = metrics.read_histograms(server.base_url, [prefill, decode])
-    finished = after[prefill][1] - before[prefill][1]
-    if finished != 1:
+    if (finished := after[prefill][1] - before[prefill][1]) != 1:
         raise RuntimeError(f"expected one finished request in {prefill}, saw {finished:g}: "
                            "is another client using this server?")
     return {"prefill_s": after[prefill][0] - before[prefill][0], "decode_s": after[decode][0] - before[decode][0],
             "wall_s": wall}
 
+
 def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
-    """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always), and decode steps,
-    in interleaved rounds (every n once, then again) so a slow moment hits all n alike. Columns: k (n),
-    repeat, engine_s (the engine's time of the pass), seconds (the client's), decode_step_s (v's unit)."""
+    """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
+    of each n (a slow moment hits all n alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
     if base_tokens % PREFIX_BLOCK:
         raise ValueError(f"base_tokens must be a multiple of {PREFIX_BLOCK} so the whole prefix is cached")
     if repeats < 3:
@@ -111,21 +114,22 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                          "decode_step_s": step})
     return pd.DataFrame(rows)
 
+
 def _v_of_rounds(passes: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """1 + (median pass - median 1-position pass) / median step; passes (..., rounds, sizes), 1 first."""
     medians = np.median(passes, axis=-2)
     return 1.0 + (medians - medians[..., :1]) / np.median(steps, axis=-1)[..., None]
 
+
 def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
     """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step: subtracting
     the 1-position pass cancels a new request's scheduling and prefix lookup; medians keep one pass's noise out."""
-    out = df.copy()
-    one = out.loc[out["k"] == 1, "engine_s"].median()
-    step = out["decode_step_s"].median()
+    one = df.loc[df["k"] == 1, "engine_s"].median()
+    step = df["decode_step_s"].median()
     if not (one > 0 and step > 0):
         raise ValueError("the verify table needs timed 1-position passes and decode steps")
-    out["ratio"] = 1.0 + (out["engine_s"] - one) / step
-    return out
+    return df.assign(ratio=1.0 + (df["engine_s"] - one) / step)
+
 
 def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
                           seed: int = 0) -> pd.DataFrame:
@@ -151,25 +155,25 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
                          "ci_low": np.minimum(low, point), "ci_high": np.maximum(high, point),
                          "n": len(wide)}, index=pd.Index([int(n) for n in wide.columns], name="k"))
 
+
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
     """This CPU's memory bandwidth from a one-thread array copy (like decode on our 2-core machines)."""
     src = np.ones(megabytes * (1 << 20) // 8)
     dst = np.empty_like(src)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        np.copyto(dst, src)
-        times.append(time.perf_counter() - started)
+    times = timeit.repeat(lambda: np.copyto(dst, src), repeat=repeats, number=1)  # perf_counter, per copy
     return 2 * src.nbytes / statistics.median(times) / 1e9  # a copy reads and writes the array
+
 
 def decode_share(ttft_s: float, itl_s: float, output_tokens: int) -> float:
     """Share of a request's end-to-end time spent decoding: the part speculation can shrink."""
     decode = max(output_tokens - 1, 0) * itl_s
     return decode / (ttft_s + decode)
 
+
 def best_case_speedup(share: float, decode_speedup: float) -> float:
     """Amdahl's law: the end-to-end gain if decode runs ``decode_speedup`` times faster."""
     return 1.0 / ((1.0 - share) + share / decode_speedup)
+
 
 def served_dtype(log_text: str) -> str:
     """The dtype vLLM chose for the weights (``auto`` resolves per platform), from its log."""

@@ -21,13 +21,12 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 #: The shipped sets: ``data/prompts`` of the source checkout (the notebooks run from a clone).
 PROMPTS_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "prompts"
-
 REQUIRED_KEYS: tuple[str, ...] = ("id", "class", "subcategory", "messages", "max_tokens")
+
 
 @dataclass(frozen=True)
 class Prompt:
-    """One request of a workload; ``cls`` is the file's ``"class"``. A per-prompt ``max_tokens`` keeps runs
-    with and without speculation comparable (speed-ups are measured on generated tokens)."""
+    """One request (``cls``: the file's "class"); its own ``max_tokens`` keeps runs with and without a draft alike."""
 
     id: str
     cls: str
@@ -40,6 +39,7 @@ class Prompt:
         """Content of the last (user) message: the part a reader wants to see in a table."""
         return str(self.messages[-1]["content"])
 
+
 class PromptFileError(ValueError):
     """A malformed prompt file: ``path``, ``line`` (None: the whole file) and ``problem``."""
 
@@ -47,11 +47,14 @@ class PromptFileError(ValueError):
         self.path, self.line, self.problem = str(path), line, problem
         super().__init__(f"{self.path}, line {line}: {problem}" if line is not None else f"{self.path}: {problem}")
 
+
 _Text = Annotated[str, StringConstraints(strict=True, pattern=r"\S")]  # not only whitespace; kept as written
+
 
 class _Message(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: _Text
+
 
 class _Record(BaseModel):
     id: _Text
@@ -60,9 +63,11 @@ class _Record(BaseModel):
     max_tokens: Annotated[int, Field(strict=True, gt=0)]  # strict: "max_tokens": true is a mistake, not 1
     messages: Annotated[list[_Message], Field(min_length=1)]
 
+
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
 
 def _problem(record: Any) -> str | None:
     """What is wrong with one decoded JSON line, in plain words (from pydantic's first error), or None."""
@@ -96,10 +101,10 @@ def _problem(record: Any) -> str | None:
         return f"messages[{loc[1]}] role must be one of system, user, assistant, got {_describe(value)}"
     return f"messages[{loc[1]}] content must be a non-empty string, got {_describe(value)}"
 
+
 def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Prompt]:
     """Prompts from one JSONL file or several, in order; ids are unique across them (results join on id)."""
-    single = isinstance(path_or_paths, (str, os.PathLike))
-    paths = [Path(path_or_paths)] if single else [Path(p) for p in path_or_paths]
+    paths = [Path(path_or_paths)] if isinstance(path_or_paths, (str, os.PathLike)) else [Path(p) for p in path_or_paths]
     if not paths:
         raise ValueError("load_prompts() needs at least one file path")
     seen: dict[str, tuple[str, int]] = {}  # id -> (file, line) where it was first used, across the files
@@ -125,8 +130,7 @@ def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise PromptFileError(path, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-            problem = _problem(record)
-            if problem:
+            if problem := _problem(record):
                 raise PromptFileError(path, lineno, problem)
             if record["id"] in seen:
                 first_file, first_line = seen[record["id"]]
@@ -139,22 +143,17 @@ def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
             raise PromptFileError(path, None, "the file has no prompts (it is empty or only blank lines)")
     return prompts
 
-def available_prompt_sets() -> list[str]:
-    """Names of the shipped prompt sets (``data/prompts/*.jsonl`` without the suffix)."""
-    return sorted(p.stem for p in PROMPTS_DIR.glob("*.jsonl"))
 
 def load_prompt_sets(names: str | Sequence[str] = ("structured", "creative")) -> list[Prompt]:
     """Shipped sets by name; the defaults are the talk's: one where a draft agrees often, one where it does not."""
-    paths = []
-    for name in [names] if isinstance(names, str) else names:
-        path = PROMPTS_DIR / f"{name}.jsonl"
-        if not path.exists():
-            raise FileNotFoundError(
-                f"no prompt set named {name!r} in {PROMPTS_DIR}; "
-                f"available: {', '.join(available_prompt_sets()) or 'none'}. "
-                f"For your own file use load_prompts(path).")
-        paths.append(path)
-    return load_prompts(paths)
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if not (PROMPTS_DIR / f"{name}.jsonl").exists():
+            raise FileNotFoundError(f"no prompt set named {name!r} in {PROMPTS_DIR}; available: "
+                                    f"{', '.join(sorted(p.stem for p in PROMPTS_DIR.glob('*.jsonl'))) or 'none'}. "
+                                    "For your own file use load_prompts(path).")
+    return load_prompts([PROMPTS_DIR / f"{name}.jsonl" for name in names])
+
 
 def select(prompts: Sequence[Prompt], cls: str | Iterable[str] | None = None,
            limit_per_class: int | None = None) -> list[Prompt]:
@@ -163,16 +162,13 @@ def select(prompts: Sequence[Prompt], cls: str | Iterable[str] | None = None,
     if limit_per_class is not None and (
             isinstance(limit_per_class, bool) or not isinstance(limit_per_class, int) or limit_per_class <= 0):
         raise ValueError(f"limit_per_class must be a positive integer or None, got {limit_per_class!r}")
-    if cls is None:
-        chosen = list(prompts)
-    else:
-        wanted = {cls} if isinstance(cls, str) else set(cls)
-        present = sorted({p.cls for p in prompts})
-        unknown = sorted(wanted - set(present))
-        if unknown:
-            raise ValueError(f"no prompts of class {', '.join(map(repr, unknown))}; "
-                             f"classes present: {', '.join(present) or 'none'}")
-        chosen = [p for p in prompts if p.cls in wanted]
+    wanted = None if cls is None else {cls} if isinstance(cls, str) else set(cls)
+    present = sorted({p.cls for p in prompts})
+    unknown = sorted((wanted or set()) - set(present))
+    if unknown:
+        raise ValueError(f"no prompts of class {', '.join(map(repr, unknown))}; "
+                         f"classes present: {', '.join(present) or 'none'}")
+    chosen = [p for p in prompts if wanted is None or p.cls in wanted]
     if limit_per_class is None:
         return chosen
     groups: dict[str, dict[str, list[int]]] = {}  # class -> subcategory -> indices, in order of appearance
@@ -184,18 +180,18 @@ def select(prompts: Sequence[Prompt], cls: str | Iterable[str] | None = None,
         keep.update(rounds[:limit_per_class])
     return [p for i, p in enumerate(chosen) if i in keep]
 
+
 # ------------------------------------------------------------------------------- synthetic long context
 _DOCUMENT = json.loads((PROMPTS_DIR / "long_document.json").read_text(encoding="utf-8"))  # vocabulary, questions
-#: The reply asked for: the codeword alone, or the record line quoted (the copying n-gram lookup is built for).
-DOCUMENT_TASKS: tuple[str, ...] = tuple(_DOCUMENT["questions"])
+
 
 def long_document_prompt(n_records: int, seed: int = 0, task: str = "codeword") -> tuple[list[dict], str]:
     """(messages, answer) of a needle in ``n_records`` lines (long input, short answer: prefill dominates): the
     codeword for ``task="codeword"``, the line's label ("Record 0042") for ``"quote"`` (copy that line)."""
     if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
         raise ValueError(f"n_records must be a positive integer, got {n_records!r}")
-    if task not in DOCUMENT_TASKS:
-        raise ValueError(f"task must be one of {', '.join(DOCUMENT_TASKS)}, got {task!r}")
+    if task not in _DOCUMENT["questions"]:
+        raise ValueError(f"task must be one of {', '.join(_DOCUMENT['questions'])}, got {task!r}")
     rng, words = random.Random(seed), _DOCUMENT
     width = max(4, len(str(n_records)))
     needle = rng.randrange(n_records)
@@ -213,6 +209,7 @@ def long_document_prompt(n_records: int, seed: int = 0, task: str = "codeword") 
             + f"\n\n{words['questions'][task]}")
     return [{"role": "system", "content": words["system"]}, {"role": "user", "content": user}], answer
 
+
 @dataclass(frozen=True)
 class SizedDocument:
     """A long-document prompt sized in tokens: what was asked for and what was built."""
@@ -222,6 +219,7 @@ class SizedDocument:
     n_records: int
     messages: list[dict]
     answer: str  # what a correct reply contains (see long_document_prompt)
+
 
 def long_document_for_tokens(target_tokens: int, count_tokens: Callable[[list[dict]], int], seed: int = 0,
                              task: str = "codeword") -> SizedDocument:

@@ -16,6 +16,7 @@ import pandas as pd
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
 
+
 @dataclass
 class StreamResult:
     """One streamed completion, timed on the client."""
@@ -41,6 +42,7 @@ class StreamResult:
     def mean_itl_s(self) -> float:
         """Mean inter-token latency: decode time spread over the tokens after the first."""
         return self.decode_s / (self.completion_tokens - 1) if self.completion_tokens >= 2 else float("nan")
+
 
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
                 top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None) -> StreamResult:
@@ -70,6 +72,7 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
                         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                         finish_reason=finish_reason)
 
+
 @dataclass
 class Measurement:
     """A timed request plus the speculative counters it moved (zeros on a baseline server)."""
@@ -77,17 +80,20 @@ class Measurement:
     result: StreamResult
     counters: SpecCounters = field(default_factory=SpecCounters)
 
+
 def measure_request(server: VLLMServer, messages: Sequence[dict], **sampling: Any) -> Measurement:
     """Run one request alone on ``server`` and attribute the counter deltas to it."""
     before = read_spec_counters(server.base_url)
     result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
     return Measurement(result, read_spec_counters(server.base_url) - before)
 
+
 def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
     """A few throw-away requests: the first requests after start-up are slower on every engine."""
     for _ in range(n):
         stream_chat(server.client(), server.served_model_name,
                     [{"role": "user", "content": "Say hello in five words."}], max_tokens=max_tokens)
+
 
 def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, temperature: float = 0.0,
                     repeats: int = 1, seed: int = 0, max_tokens: int | None = None,
@@ -98,23 +104,20 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
 
     servers = list(servers)
     rows: list[dict] = []
-    bar = tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress)
-    for prompt in prompts:
-        for repeat in range(repeats):
-            for server in servers:
-                m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
-                                    temperature=temperature, seed=seed + repeat)
-                r, spec = m.result, server.speculative_config or {}
-                row = {"server": server.name, "method": spec.get("method", "none"),
-                       "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
-                       "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
-                       "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
-                       "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
-                       "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                       "finish_reason": r.finish_reason, "text": r.text}
-                if server.speculative_config:
-                    row.update(m.counters.as_dict())
-                rows.append({**row, **(provenance or {})})
-                bar.update()
-    bar.close()
+    with tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress) as bar:
+        for prompt in prompts:
+            for repeat in range(repeats):
+                for server in servers:
+                    m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
+                                        temperature=temperature, seed=seed + repeat)
+                    r, spec = m.result, server.speculative_config or {}
+                    row = {"server": server.name, "method": spec.get("method", "none"),
+                           "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
+                           "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
+                           "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
+                           "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
+                           "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                           "finish_reason": r.finish_reason, "text": r.text}
+                    rows.append({**row, **(m.counters.as_dict() if spec else {}), **(provenance or {})})
+                    bar.update()
     return pd.DataFrame(rows)

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from specdec_helpers.memory.catalog import GPUSpec, ModelShape, canonical_dtype, dtype_bytes, gpu_spec, model_shape
+from specdec_helpers.memory.catalog import (
+    GPUSpec,
+    ModelShape,
+    canonical_dtype,
+    dtype_bytes,
+    gpu_spec,
+    model_shape,
+)
 
 __all__ = ["GB", "GIB", "DEFAULT_FIXED_OVERHEAD_GB", "DEFAULT_PREFILL_CHUNK_TOKENS", "DEFAULT_MAX_NUM_SEQS",
            "BudgetError", "ContextTooLongError", "Budget", "weight_bytes", "kv_bytes_per_token", "kv_tokens_for_space",
@@ -145,9 +152,7 @@ class Budget:
             ("KV cache (draft)", self.kv_pool_gb * draft_share),
             ("not given to vLLM", self.gpu.memory_gb - self.usable_gb),  # left for other processes
         ]
-        if self.draft is None:
-            rows = [r for r in rows if r[0] not in ("draft weights", "KV cache (draft)")]
-        return [{"component": c, "gb": round(gb, 3)} for c, gb in rows]
+        return [{"component": c, "gb": round(gb, 3)} for c, gb in rows if self.draft is not None or "draft" not in c]
 
     def summary(self) -> str:
         """A few plain sentences for a notebook cell or a log."""

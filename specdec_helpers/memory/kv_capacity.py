@@ -47,9 +47,7 @@ class KVCapacity:
     @property
     def kv_dtype(self) -> str | None:
         """The cache's dtype: ``kv_cache_dtype``, or the model dtype when that is "auto" (as vLLM does)."""
-        if self.kv_cache_dtype and self.kv_cache_dtype != "auto":
-            return self.kv_cache_dtype
-        return self.dtype
+        return self.kv_cache_dtype if self.kv_cache_dtype not in (None, "", "auto") else self.dtype
 
 
 def parse_kv_capacity(log_text: str) -> KVCapacity:

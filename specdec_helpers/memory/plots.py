@@ -1,6 +1,5 @@
-"""Tables, figures and the interactive explorer for the memory budget (notebook 03): the budgets of
-:mod:`specdec_helpers.memory` as tidy tables, seaborn figures (the title states the finding, the
-caption the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting.
+"""Notebook 03's memory budgets as tidy tables, seaborn figures (the title states the finding, the caption
+the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting.
 """
 from __future__ import annotations
 
@@ -40,15 +39,13 @@ def _tokens(n: int) -> str:
 def budget_record(budget: Budget) -> dict[str, Any]:
     """The numbers of one budget worth recording, rounded for reading (GB, tokens, sequences)."""
     b = budget
-    return {
-        "gpu": b.gpu.name, "gpu_memory_utilization": b.gpu_memory_utilization, "tensor_parallel": b.tensor_parallel,
-        "target": b.target, "draft": b.draft, "usable_gb": round(b.usable_gb, 2),
-        "target_weights_gb": round(b.target_weights_gb, 2), "draft_weights_gb": round(b.draft_weights_gb, 2),
-        "overhead_gb": round(b.overhead_gb, 2), "kv_gb": round(b.kv_pool_gb, 2),
-        "kv_bytes_per_token": b.kv_bytes_per_token, "kv_tokens": b.kv_tokens, "context_len": b.context_len,
-        "max_concurrent_seqs": b.max_concurrent_seqs, "kv_tokens_without_draft": b.kv_tokens_without_draft,
-        "max_concurrent_seqs_without_draft": b.max_concurrent_seqs_without_draft,
-    }
+    return {"gpu": b.gpu.name, "gpu_memory_utilization": b.gpu_memory_utilization, "tensor_parallel": b.tensor_parallel,
+            "target": b.target, "draft": b.draft, "usable_gb": round(b.usable_gb, 2),
+            "target_weights_gb": round(b.target_weights_gb, 2), "draft_weights_gb": round(b.draft_weights_gb, 2),
+            "overhead_gb": round(b.overhead_gb, 2), "kv_gb": round(b.kv_pool_gb, 2),
+            "kv_bytes_per_token": b.kv_bytes_per_token, "kv_tokens": b.kv_tokens, "context_len": b.context_len,
+            "max_concurrent_seqs": b.max_concurrent_seqs, "kv_tokens_without_draft": b.kv_tokens_without_draft,
+            "max_concurrent_seqs_without_draft": b.max_concurrent_seqs_without_draft}
 
 
 def concurrency_by_context(target: Any, draft: Any, contexts: Sequence[int] = CONTEXT_CHOICES,
@@ -56,33 +53,25 @@ def concurrency_by_context(target: Any, draft: Any, contexts: Sequence[int] = CO
     """Concurrent sequences with and without the draft, per context length and KV dtype; a context too
     long for one sequence counts as 0 (vLLM would refuse to start), so a curve can run into the wall."""
 
-    def plan(draft_or_none: Any, context: int, kv_dtype: str) -> Budget | None:
+    def seqs(model: Any, context: int, kv_dtype: str) -> int:
         try:
-            return memory.plan_budget(target, draft_or_none, kv_dtype=kv_dtype, context_len=context, **plan_kwargs)
+            plan = memory.plan_budget(target, model, kv_dtype=kv_dtype, context_len=context, **plan_kwargs)
+            return plan.max_concurrent_seqs
         except memory.BudgetError:
-            return None
+            return 0
 
-    with_label = f"with draft {short_name(memory.model_shape(draft).name)}"
-    rows = []
-    for kv_dtype in kv_dtypes:
-        for context in contexts:
-            both = plan(draft, context, kv_dtype)
-            if both is not None:
-                alone_seqs, draft_seqs = both.max_concurrent_seqs_without_draft, both.max_concurrent_seqs
-            else:
-                alone = plan(None, context, kv_dtype)
-                alone_seqs, draft_seqs = (alone.max_concurrent_seqs if alone else 0), 0
-            for setup, seqs in (("target alone", alone_seqs), (with_label, draft_seqs)):
-                rows.append({"kv_dtype": kv_dtype, "context_len": context, "setup": setup, "concurrent_seqs": seqs})
-    return pd.DataFrame(rows)
+    setups = (("target alone", None), (f"with draft {short_name(memory.model_shape(draft).name)}", draft))
+    return pd.DataFrame([{"kv_dtype": kv_dtype, "context_len": context, "setup": setup,
+                          "concurrent_seqs": seqs(model, context, kv_dtype)}
+                         for kv_dtype in kv_dtypes for context in contexts for setup, model in setups])
 
 
 @contextmanager
-def _figure(figsize: tuple[float, float], title: str, caption: str | None, ax=None,
+def _figure(figsize: tuple[float, float], title: str, caption: str | None,
             title_size: int = 11) -> Iterator[tuple[Any, Any]]:
-    """A whitegrid figure (or ``ax``'s); on exit the left-aligned title and the caption below."""
+    """A whitegrid figure; on exit the left-aligned title and the caption below."""
     with sns.axes_style("whitegrid"):
-        fig, ax = plt.subplots(figsize=figsize) if ax is None else (ax.figure, ax)
+        fig, ax = plt.subplots(figsize=figsize)
         yield fig, ax
         ax.set_title(title, fontsize=title_size, loc="left")
         if caption:
@@ -90,12 +79,11 @@ def _figure(figsize: tuple[float, float], title: str, caption: str | None, ax=No
         fig.tight_layout()
 
 
-def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None = None, ax=None,
-                 annotate: bool = True):
+def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None = None):
     """Horizontal stacked bars, one per setup, each adding up to the card (per GPU under tensor
     parallelism); the label at the right end says how many sequences of the context length fit."""
     table = pd.DataFrame([{"setup": setup, **row} for setup, b in budgets.items() for row in b.as_rows()])
-    with _figure((10, 1.1 + 0.75 * len(budgets)), title, caption, ax) as (fig, ax):
+    with _figure((10, 1.1 + 0.75 * len(budgets)), title, caption) as (fig, ax):
         setups = list(budgets)
         left = pd.Series(0.0, index=setups)
         for component in [c for c in COMPONENT_COLORS if c in set(table["component"])]:
@@ -107,16 +95,13 @@ def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None 
                     ax.text(left[setup] + gb / 2, setup, f"{gb:.1f}", ha="center", va="center",
                             fontsize=8, color="white" if "weights" in component else "black")
             left = left + part
-        if annotate:
-            for setup, b in budgets.items():
-                ax.text(left[setup] * 1.01, setup,
-                        f"{b.kv_tokens:,} KV tokens\n{b.max_concurrent_seqs} x {_tokens(b.context_len)} seqs",
-                        va="center", fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
-            ax.set_xlim(0, float(left.max()) * 1.22)
+        for setup, b in budgets.items():
+            ax.text(left[setup] * 1.01, setup,
+                    f"{b.kv_tokens:,} KV tokens\n{b.max_concurrent_seqs} x {_tokens(b.context_len)} seqs",
+                    va="center", fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.grid(axis="y", visible=False)
-        per_gpu = any(b.tensor_parallel > 1 for b in budgets.values())
-        ax.set_xlabel("GPU memory per GPU (GB, 1e9 bytes)" if per_gpu else "GPU memory (GB, 1e9 bytes)")
-        ax.set_ylabel("")
+        per = " per GPU" if any(b.tensor_parallel > 1 for b in budgets.values()) else ""
+        ax.set(xlim=(0, float(left.max()) * 1.22), xlabel=f"GPU memory{per} (GB, 1e9 bytes)", ylabel="")
         ax.invert_yaxis()
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return fig
@@ -125,35 +110,30 @@ def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None 
 def plot_concurrency(df: pd.DataFrame, title: str, caption: str | None = None):
     """Concurrent sequences against context length (log scale), target alone vs with draft."""
     with _figure((8, 4.2), title, caption) as (fig, ax):
-        setups = list(dict.fromkeys(df["setup"]))
         sns.lineplot(data=df, x="context_len", y="concurrent_seqs", hue="setup", marker="o", ax=ax,
                      style="kv_dtype" if df["kv_dtype"].nunique() > 1 else None,
-                     palette=dict(zip(setups, ["#1f4e79", "#c55a11", "#6fa8dc", "#f4b183"])))
+                     palette=dict(zip(dict.fromkeys(df["setup"]), ["#1f4e79", "#c55a11", "#6fa8dc", "#f4b183"])))
         ax.set_xscale("log", base=2)
         ticks = sorted(df["context_len"].unique())
         ax.set_xticks(ticks, [_tokens(int(t)) for t in ticks])
         ax.set_yscale("symlog", linthresh=1)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("context length per sequence (tokens)")
-        ax.set_ylabel("concurrent sequences (count, symlog)")
+        ax.set(xlabel="context length per sequence (tokens)", ylabel="concurrent sequences (count, symlog)")
         ax.legend(fontsize=8, title=None)
     return fig
 
 
 def plot_kv_check(df: pd.DataFrame, title: str, caption: str | None = None):
     """Grouped bars per ``setup``: ``kv_tokens_predicted`` by the calculator vs ``kv_tokens_reported`` by vLLM."""
-    long = df.melt(id_vars="setup", value_vars=["kv_tokens_predicted", "kv_tokens_reported"],
-                   var_name="source", value_name="kv_tokens")
-    long["source"] = long["source"].map({"kv_tokens_predicted": "calculator (from config.json)",
-                                         "kv_tokens_reported": "vLLM (start-up log)"})
+    sources = {"kv_tokens_predicted": "calculator (from config.json)", "kv_tokens_reported": "vLLM (start-up log)"}
+    long = df.rename(columns=sources).melt(id_vars="setup", value_vars=list(sources.values()), var_name="source",
+                                           value_name="kv_tokens")
     with _figure((7.5, 4), title, caption) as (fig, ax):
         sns.barplot(data=long, x="setup", y="kv_tokens", hue="source", ax=ax, palette=["#6fa8dc", "#1f4e79"])
         for container in ax.containers:
             ax.bar_label(container, labels=[f"{v:,.0f}" for v in container.datavalues], fontsize=8)
-        ax.set_xlabel("")
-        ax.set_ylabel("KV cache capacity (tokens)")
+        ax.set(xlabel="", ylabel="KV cache capacity (tokens)", ylim=(0, long["kv_tokens"].max() * 1.18))
         ax.legend(fontsize=8, title=None, loc="upper right")
-        ax.set_ylim(0, long["kv_tokens"].max() * 1.18)
         ax.yaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
     return fig
 
@@ -166,19 +146,16 @@ def plot_pairs(pair_table: pd.DataFrame, title: str, caption: str | None = None,
         labels = [f"{a} -> {b} seqs (draft = {share:.0%} of KV bytes)" for a, b, share in
                   zip(pair_table["seqs_without_draft"], pair_table["seqs_with_draft"], pair_table["draft_kv_share"])]
         ax.bar_label(ax.containers[0], labels=labels, fontsize=8, padding=3)
-        ax.set_xlim(0, 100)
         per = f" of {context_len:,} tokens" if context_len else ""
-        ax.set_xlabel(f"concurrent sequences{per} the draft takes away (% of the target alone's)")
-        ax.set_ylabel("")
+        ax.set(xlim=(0, 100), ylabel="",
+               xlabel=f"concurrent sequences{per} the draft takes away (% of the target alone's)")
     return fig
 
 
 class BudgetExplorer:
-    """An ipywidgets panel: pick the settings, see one engine's stacked bar (or why it does not fit).
-
-    The initial state is planned at construction (``.budget`` or ``.error``, for papermill). Chart and
-    sentence are ordinary outputs with a display id, updated in place (no ``Output`` widget), so a batch
-    run or static export shows the initial state and nothing waits on a frontend."""
+    """An ipywidgets panel: pick the settings, see one engine's stacked bar (or why it does not fit). Planned
+    at construction (``.budget`` or ``.error``, for papermill); chart and sentence are outputs with a display
+    id updated in place (no ``Output`` widget), so a batch run or static export shows the initial state."""
 
     def __init__(self, target: str = "meta-llama/Llama-3.1-8B-Instruct",
                  draft: str | None = "meta-llama/Llama-3.2-1B-Instruct", gpu: str = "RTX PRO 6000 Blackwell",
@@ -194,8 +171,7 @@ class BudgetExplorer:
         }
         self.budget: Budget | None = None
         self.error: str | None = None
-        self.widget = None
-        self._chart = self._words = None  # display handles, set by show()
+        self.widget = self._chart = self._words = None  # the controls and display handles, set by show()
         self._syncing = False
         self._plan()
 
@@ -207,8 +183,7 @@ class BudgetExplorer:
 
     def update(self, **changes: Any) -> Budget | None:
         """Change some settings (same names as :func:`memory.plan_budget`) and re-plan."""
-        unknown = set(changes) - set(self.state)
-        if unknown:
+        if unknown := set(changes) - set(self.state):
             raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(self.state)}")
         self.state.update(changes)
         self._plan()
@@ -222,14 +197,9 @@ class BudgetExplorer:
         self._render()
         return self.budget
 
-    def text(self) -> str:
-        """The current budget in words, or the reason it does not fit."""
-        return self.budget.summary() if self.budget is not None else self.error or ""
-
     def figure(self):
         """The stacked bar of the current budget (None when it does not fit)."""
-        b = self.budget
-        if b is None:
+        if (b := self.budget) is None:
             return None
         label = f"{short_name(b.target)}" + (f" + {short_name(b.draft)}" if b.draft else "")
         gpus = f"{b.tensor_parallel} x {b.gpu.name}" if b.tensor_parallel > 1 else b.gpu.name
@@ -274,9 +244,8 @@ class BudgetExplorer:
             return
         from IPython.display import Markdown, display
 
-        chart, words = self.figure(), self.text()
-        if chart is None:
-            chart = Markdown("**This setup does not fit; the calculator says why below.**")
+        chart = self.figure() or Markdown("**This setup does not fit; the calculator says why below.**")
+        words = self.budget.summary() if self.budget is not None else self.error or ""
         if first:
             self._chart = display(chart, display_id=True)
             self._words = display({"text/plain": words}, raw=True, display_id=True)

@@ -1,10 +1,7 @@
-"""Distilled draft models for the CPU profile, assembled once from the layers shipped in data/drafts/.
-
-Only what distillation trained ships (N layers and the final norm, bf16, pinned by sha256 in
-data/drafts/manifest.json); the embedding (tied LM head), config and tokenizer come from the target,
-SmolLM2-135M-Instruct, in float32 (its served dtype, so draft and target compute alike). The recipe
-is ``recipes.distill_drafts``.
-"""
+"""Distilled draft models for the CPU profile, assembled once from the layers shipped in data/drafts/: only
+what distillation (``recipes.distill_drafts``) trained ships (N layers and the final norm, bf16, pinned by
+sha256 in its manifest.json); the embedding (tied LM head), config and tokenizer come from the target,
+SmolLM2-135M-Instruct, in float32 (its served dtype, so draft and target compute alike)."""
 
 from __future__ import annotations
 
@@ -12,7 +9,12 @@ import json
 import shutil
 from pathlib import Path
 
-from specdec_helpers.models.model_cache import MANIFEST_NAME, atomic_directory, locked, models_dir, sha256_of
+from specdec_helpers.models.model_cache import (
+    MANIFEST_NAME,
+    build_once,
+    models_dir,
+    sha256_of,
+)
 
 DRAFTS_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 TARGET = "smollm2-135m-instruct"
@@ -43,13 +45,9 @@ def provision_draft(key: str) -> Path:
     drafts = known_drafts()
     if key not in drafts:
         raise KeyError(f"unknown draft '{key}'; shipped drafts: {', '.join(sorted(drafts)) or 'none'}")
-    entry, final = drafts[key], models_dir() / key
-    if _is_current(final, entry):
-        return final
-    with locked(key):
-        if _is_current(final, entry):
-            return final
-        shipped = DRAFTS_DIR / entry["file"]
+    entry, shipped = drafts[key], DRAFTS_DIR / drafts[key]["file"]
+
+    def build(tmp: Path) -> None:
         if not shipped.is_file():
             raise DraftError(f"Draft '{key}': {shipped} is missing. It ships with the repository; restore it with "
                              "git (git checkout -- data/drafts) or retrain it with "
@@ -61,11 +59,8 @@ def provision_draft(key: str) -> Path:
                 f"{entry['sha256']}. The file was changed or corrupted; refusing to build a draft from it. Restore "
                 "it with git, or retrain (python -m recipes.distill_drafts.distill train "
                 f"--layers {entry['layers']}), which rewrites both.")
-        if final.exists():  # an older build (weights retrained since) or an interrupted layout
-            shutil.rmtree(final)
-        with atomic_directory(final) as tmp:
-            _assemble(key, entry, shipped, tmp)
-    return final
+        _assemble(key, entry, shipped, tmp)
+    return build_once(models_dir() / key, lambda final: _is_current(final, entry), build)
 
 
 def _assemble(key: str, entry: dict, shipped: Path, out: Path) -> None:

@@ -1,9 +1,6 @@
-"""The model cache every provider shares: where things live, locks, atomic writes, checksums.
-
-Providers (``wheel_models``, ``drafts``) import from here, never from ``resolve``, which chooses
-between them. Models are built in a temporary folder and renamed into ``$SPECDEC_CACHE`` (default
-``~/.cache/specdec``), so an interrupted run never leaves a half-written model behind.
-"""
+"""The model cache the providers (``wheel_models``, ``drafts``) share: where things live, checksums, and
+:func:`build_once`, which renames a finished model into ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``)
+so that an interrupted run never leaves a half-written one behind."""
 
 from __future__ import annotations
 
@@ -11,9 +8,8 @@ import hashlib
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable
 
 from filelock import FileLock
 
@@ -43,23 +39,23 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def locked(name: str) -> FileLock:
-    """One writer per model across processes (tests and notebooks may race): ``with locked(key):``."""
+def build_once(final: Path, is_current: Callable[[Path], bool], build: Callable[[Path], None]) -> Path:
+    """``final``, first built by ``build(tmp)`` in a temporary folder next to it unless ``is_current(final)``;
+    one writer per model across processes (tests and notebooks may race), locked in ``$SPECDEC_CACHE/locks``."""
+    if is_current(final):
+        return final
     (cache_root() / "locks").mkdir(parents=True, exist_ok=True)
-    return FileLock(cache_root() / "locks" / f"{name}.lock")
-
-
-@contextmanager
-def atomic_directory(final: Path) -> Iterator[Path]:
-    """Yield a temporary folder next to ``final``; rename it into place only on success."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
-    try:
-        yield tmp
-        if final.exists():  # someone else finished first; theirs is as good as ours
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with FileLock(cache_root() / "locks" / f"{final.name}.lock"):
+        if is_current(final):  # another process built it while we waited
+            return final
+        if final.exists():  # an older build or an interrupted layout
+            shutil.rmtree(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+        try:
+            build(tmp)
+            os.replace(tmp, final)  # complete, or not there at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final

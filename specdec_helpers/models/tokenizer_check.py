@@ -1,17 +1,14 @@
-"""Can this draft speculate for that target? Compare their tokenizers, and say what differs.
-
-vLLM's draft-model speculation passes token *ids* from the draft to the target: if the tokenizers
-map text to other ids, every proposal means another token and acceptance collapses (or vLLM refuses
-the pair when the vocabulary sizes differ). So four checks: the same vocabulary, merges and special
-tokens, and, as the end-to-end proof, the same ids for a sample of real texts.
-"""
+"""Can this draft speculate for that target? vLLM's draft-model speculation passes token *ids* from the draft
+to the target: if the tokenizers map text to other ids, every proposal means another token and acceptance
+collapses (or vLLM refuses the pair when the vocabulary sizes differ). So four checks: the same vocabulary,
+merges and special tokens, and, as the end-to-end proof, the same ids for a sample of real texts."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from specdec_helpers.models.tokenizer import load_tokenizer
 
@@ -26,7 +23,7 @@ SAMPLE_TEXTS = (
 
 @dataclass
 class TokenizerReport:
-    """The verdict for a pair, with every check and what differed."""
+    """The verdict for a pair: every check by name, and what differed."""
 
     target: str
     draft: str
@@ -52,10 +49,8 @@ def _merges(tokenizer) -> list | None:
 
 def _special_tokens(tokenizer) -> dict[str, tuple[str | None, int | None]]:
     ids = tokenizer.convert_tokens_to_ids
-    found = {}
-    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
-        token = getattr(tokenizer, name, None)
-        found[name] = (token, ids(token) if token else None)
+    named = {name: getattr(tokenizer, name, None) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}
+    found = {name: (token, ids(token) if token else None) for name, token in named.items()}
     found.update({f"special {t}": (t, ids(t)) for t in getattr(tokenizer, "all_special_tokens", [])})
     template = getattr(tokenizer, "chat_template", None) or ""
     markers = ("<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|eot_id|>", "<start_of_turn>")
@@ -63,13 +58,11 @@ def _special_tokens(tokenizer) -> dict[str, tuple[str | None, int | None]]:
     return found
 
 
-def compare_tokenizers(target, draft, texts: Sequence[str] = SAMPLE_TEXTS, *, target_name: str = "target",
-                       draft_name: str = "draft", max_listed: int = 5) -> TokenizerReport:
-    """Run the four checks on two tokenizers (or their folders / hub ids); list up to ``max_listed``
-    concrete differences for each that fails."""
+def compare_tokenizers(target, draft, *, target_name: str = "target", draft_name: str = "draft") -> TokenizerReport:
+    """Run the four checks on two tokenizers (or their folders / hub ids); list up to 5 concrete differences
+    for each that fails."""
     t, d = (load_tokenizer(x) if isinstance(x, (str, Path)) else x for x in (target, draft))
-    report = TokenizerReport(target=target_name, draft=draft_name)
-    n = max_listed
+    report, n, texts = TokenizerReport(target=target_name, draft=draft_name), 5, SAMPLE_TEXTS
 
     def check(name: str, ok: bool, difference: Callable[[], str]) -> None:
         report.checks[name] = ok
@@ -100,7 +93,7 @@ def compare_tokenizers(target, draft, texts: Sequence[str] = SAMPLE_TEXTS, *, ta
     return report
 
 
-def train_toy_tokenizer(texts: Sequence[str], vocab_size: int = 2000):
+def train_toy_tokenizer(texts: list[str], vocab_size: int = 2000):
     """A real BPE tokenizer trained on a few KB of text (the `tokenizers` library, wrapped in the
     transformers API): the 'other family' for the mismatch demo."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers

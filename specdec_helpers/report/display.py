@@ -14,10 +14,8 @@ def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode
 
     cells = []
     for _, row in df.iterrows():
-        stats = "<br>".join(
-            f"{c}: {row[c]:.3g}" if isinstance(row.get(c), float) else f"{c}: {row.get(c, '')}"
-            for c in columns if c in row and pd.notna(row[c])
-        )
+        stats = "<br>".join(f"{c}: {row[c]:.3g}" if isinstance(row[c], float) else f"{c}: {row[c]}"
+                            for c in columns if c in row and pd.notna(row[c]))
         cells.append(f"<td style='vertical-align:top;width:{100 // max(len(df), 1)}%'>"
                      f"<b>{html.escape(str(row['server']))}</b>"
                      f"<pre style='white-space:pre-wrap'>{html.escape(row['text'])}</pre><small>{stats}</small></td>")

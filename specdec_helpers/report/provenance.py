@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
+from specdec_helpers.engine.serving import usable_core_ids, vllm_install
+
 
 @lru_cache(maxsize=1)
 def cpu_name() -> str:
@@ -35,19 +37,10 @@ class GPUInfo:
     memory_free_mib: float | None = None
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:  # "[N/A]" on some MIG setups
-        return None
-
-
 @lru_cache(maxsize=8)
-def _query_gpu(visible_env: str | None, smi: str | None) -> GPUInfo | None:
+def _query_gpu(visible_env: str | None, smi: str) -> GPUInfo | None:
     """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules: unset means all GPUs, an empty value
     hides every GPU, and the list stops at the first invalid entry (so "-1" hides them all)."""
-    if smi is None:
-        return None
     try:
         out = subprocess.run([smi, "--query-gpu=index,uuid,name,memory.total,memory.free",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
@@ -58,14 +51,16 @@ def _query_gpu(visible_env: str | None, smi: str | None) -> GPUInfo | None:
         parts = [p.strip() for p in line.split(",")] + [""]  # index, uuid, name, total, free ("" if missing)
         by_uuid = first.startswith(("GPU-", "MIG-")) and parts[1].startswith(first)  # any unique prefix
         if len(parts) >= 5 and (visible_env is None or (parts[0] == first if first.isdigit() else by_uuid)):
-            return GPUInfo(name=parts[2], memory_total_mib=_number(parts[3]) or 0.0, memory_free_mib=_number(parts[4]))
+            total, free = (float(p) if p.replace(".", "", 1).isdigit() else None for p in parts[3:5])  # or "[N/A]"
+            return GPUInfo(name=parts[2], memory_total_mib=total or 0.0, memory_free_mib=free)
     return None
 
 
 def visible_gpu() -> GPUInfo | None:
     """The first GPU CUDA would give this process (CUDA_VISIBLE_DEVICES honoured), asked of nvidia-smi so
     that the kernel initialises no CUDA; nvidia-smi's PCI bus order is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
-    return _query_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"), shutil.which("nvidia-smi"))
+    smi = shutil.which("nvidia-smi")
+    return _query_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"), smi) if smi else None
 
 
 def gpu_name() -> str | None:
@@ -74,29 +69,17 @@ def gpu_name() -> str | None:
     return f"{gpu.name}, {gpu.memory_total_mib:.0f} MiB" if gpu else None
 
 
-def usable_core_ids() -> list[int]:
-    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
-
-
 def usable_cpus() -> int:
     return len(usable_core_ids())
 
 
 def hardware() -> str:
     """One line for figure titles: the GPU if there is one, else the CPU and its core count."""
-    gpu = gpu_name()
-    return gpu if gpu else f"{cpu_name()} ({usable_cpus()} cores)"
+    return gpu_name() or f"{cpu_name()} ({usable_cpus()} cores)"
 
 
-def provenance(profile: str, target_model: str, draft_model: str | None = None,
-               **extra: Any) -> dict[str, Any]:
+def provenance(profile: str, target_model: str, draft_model: str | None = None, **extra: Any) -> dict[str, Any]:
     """The columns every results row carries."""
-    from specdec_helpers.engine.serving import vllm_install
-
     install = vllm_install()
     return {"profile": profile, "target_model": target_model, "draft_model": draft_model or "",
             "vllm_package": install.distribution, "vllm_version": install.version, "hardware": hardware(),
@@ -107,5 +90,4 @@ def provenance(profile: str, target_model: str, draft_model: str | None = None,
 def caption(prov: dict[str, Any]) -> str:
     """A short provenance line for the bottom of a figure."""
     pair = prov["target_model"] + (f" + draft {prov['draft_model']}" if prov.get("draft_model") else "")
-    return (f"{prov['hardware']} | {pair} | {prov['vllm_package']} {prov['vllm_version']} | "
-            f"{prov['measured_at'][:10]}")
+    return f"{prov['hardware']} | {pair} | {prov['vllm_package']} {prov['vllm_version']} | {prov['measured_at'][:10]}"

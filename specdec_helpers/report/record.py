@@ -1,8 +1,7 @@
 """Record named values from a notebook so tests and the run report can read them back.
 
-A recorded value is displayed as an output with our own MIME type; papermill saves outputs in the
-executed notebook, so ``read_records(path)`` gets them back without scrapbook (unmaintained) and
-without a side file that could drift from the notebook it came from.
+A value is an output in our own MIME type, which papermill saves in the executed notebook: ``read_records``
+needs no scrapbook (unmaintained) and no side file that could drift from the notebook it came from.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def record(name: str, value: Any) -> Any:
     plain = _plain(value)
     json.dumps(plain)  # fail here, in the notebook, if it cannot be saved
     _recorded[name] = plain
-    display({MIME_TYPE: {"name": name, "value": plain}, "text/plain": f"recorded {name} = {plain!r}"},
-            raw=True)
+    display({MIME_TYPE: {"name": name, "value": plain}, "text/plain": f"recorded {name} = {plain!r}"}, raw=True)
     return value
 
 

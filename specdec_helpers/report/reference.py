@@ -39,12 +39,9 @@ class KeyNumber:
 
 
 def _load_spec() -> dict[str, list[KeyNumber]]:
-    data = yaml.safe_load((REFERENCE_DIR / "spec.yaml").read_text())
-
-    def key_number(entry: dict) -> KeyNumber:  # "{LOAD}" in a check stands for texts["LOAD"]
-        return KeyNumber(**entry | {"check": re.sub(r"\{(\w+)\}", lambda m: data["texts"][m[1]], entry["check"])})
-
-    return {stem: [key_number(e) for e in entries] for stem, entries in data["notebooks"].items()}
+    data = yaml.safe_load((REFERENCE_DIR / "spec.yaml").read_text())  # "{LOAD}" in a check: texts["LOAD"]
+    return {stem: [KeyNumber(**entry | {"check": entry["check"].format_map(data["texts"])}) for entry in entries]
+            for stem, entries in data["notebooks"].items()}
 
 
 SPEC: dict[str, list[KeyNumber]] = _load_spec()
@@ -55,21 +52,15 @@ def _expand(value: Any, parts: list[str], prefix: tuple[str, ...] = ()) -> Itera
     """Concrete ``(path, value)`` pairs that a path with wildcards matches inside ``value``."""
     if not parts:
         yield "/".join(prefix), value
-        return
-    head, rest = parts[0], parts[1:]
-    if not isinstance(value, dict):
-        return
-    selector = _SELECT.match(head)
-    if selector:
-        items = value.get(selector["name"])
+    elif isinstance(value, dict) and (selector := _SELECT.match(parts[0])):
+        name, attr, wanted = selector.group("name", "field", "value")
+        items = value.get(name)
         for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and selector["field"] in item:
-                key = str(item[selector["field"]])
-                if selector["value"] in ("*", key):
-                    yield from _expand(item, rest, prefix + (f"{selector['name']}[{selector['field']}={key}]",))
-        return
-    for key in list(value) if head == "*" else [head] if head in value else []:
-        yield from _expand(value[key], rest, prefix + (str(key),))
+            if isinstance(item, dict) and attr in item and wanted in ("*", str(item[attr])):
+                yield from _expand(item, parts[1:], prefix + (f"{name}[{attr}={item[attr]}]",))
+    elif isinstance(value, dict):
+        for key in list(value) if parts[0] == "*" else [parts[0]] if parts[0] in value else []:
+            yield from _expand(value[key], parts[1:], prefix + (str(key),))
 
 
 def expand(records: dict[str, Any], path: str) -> dict[str, Any]:
@@ -83,10 +74,8 @@ def _pattern(path: str) -> re.Pattern:
 
 
 def _show(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
+    if value is None or isinstance(value, bool):
+        return {None: "n/a", True: "yes", False: "no"}[value]
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
@@ -94,9 +83,9 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool) -> tuple[b
     """``(outside, reading)``: ``outside`` is None when there is nothing to compare."""
     if not found:
         return None, "not recorded in this run (different parameters, or the cell did not run)"
+    if yours is None and reference is None:
+        return False, "within the noise (neither run has a value)"
     if yours is None or reference is None:
-        if yours is None and reference is None:
-            return False, "within the noise (neither run has a value)"
         return True, f"outside: one run has no value; check {spec.check}"
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (yours, reference)):
         if not (math.isfinite(yours) and math.isfinite(reference)):
@@ -126,17 +115,10 @@ def load_reference(profile: str, reference_dir: str | Path | None = None) -> dic
     return data
 
 
-def _key_numbers(notebook_stem: str) -> list[KeyNumber]:
-    if notebook_stem not in SPEC:
-        raise KeyError(f"No key numbers defined for notebook {notebook_stem!r}; known: {', '.join(SPEC)}. "
-                       "Add an entry to data/reference/spec.yaml.")
-    return SPEC[notebook_stem]
-
-
 def comparison_rows(notebook_stem: str, yours: dict[str, Any], reference_values: dict[str, Any]) -> list[dict]:
     """One row per key number found in the reference: yours, the reference, and the reading."""
     rows = []
-    for spec in _key_numbers(notebook_stem):
+    for spec in SPEC[notebook_stem]:
         pattern, found = _pattern(spec.path), expand(yours, spec.path)
         for path, ref_value in reference_values.items():
             if pattern.match(path):
@@ -157,8 +139,7 @@ def _describe(reference: dict[str, Any]) -> str:
 
 
 def _verdict(rows: list[dict]) -> str:
-    outside = sum(1 for r in rows if r["outside"])
-    compared = sum(1 for r in rows if r["outside"] is not None)
+    outside, compared = sum(bool(r["outside"]) for r in rows), sum(r["outside"] is not None for r in rows)
     if not compared:
         return "none of the key numbers was recorded in this run, so there is nothing to compare"
     if not outside:
@@ -169,11 +150,11 @@ def _verdict(rows: list[dict]) -> str:
 
 def what_you_should_see(notebook_stem: str, profile: str, *, yours: dict[str, Any] | None = None,
                         reference_dir: str | Path | None = None, show: bool = True) -> dict[str, Any]:
-    """Compare this kernel's recorded numbers with the reference run of ``profile``; display a table.
-
-    Returns (and records as ``what_you_should_see``) ``{"status", "rows", "outside"}``.
-    """
-    _key_numbers(notebook_stem)
+    """Compare this kernel's recorded numbers with the reference run of ``profile``, display a table, and return
+    (and record as ``what_you_should_see``) ``{"status", "rows", "outside"}``."""
+    if notebook_stem not in SPEC:
+        raise KeyError(f"No key numbers defined for notebook {notebook_stem!r}; known: {', '.join(SPEC)}. "
+                       "Add an entry to data/reference/spec.yaml.")
     yours = recorded() if yours is None else yours
     reference = load_reference(profile, reference_dir)
     rows: list[dict] = []

@@ -1,7 +1,7 @@
 """The run folder: where a notebook puts its tables, figures and server logs.
 
-``make run`` passes ``runs/<timestamp>-<profile>/`` to every notebook as ``run_dir``; a notebook run
-by hand gets ``runs/interactive/``. One folder per run lets ``index.html`` link every artefact.
+One per run, passed as ``run_dir`` (``make run``: ``runs/<timestamp>-<profile>/``; by hand: ``runs/interactive/``),
+so that index.html links every artefact.
 """
 
 from __future__ import annotations

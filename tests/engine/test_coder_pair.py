@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_helpers.measure.requests import measure_request
+from specdec_helpers.engine.serving import VLLMServer, draft_model_config
 from specdec_helpers.measure.metrics import SpecCounters
+from specdec_helpers.measure.prompts import load_prompt_sets, select
+from specdec_helpers.measure.requests import measure_request
 from specdec_helpers.models.resolve import resolve_model
 from tools.profiles import load_profile
-from specdec_helpers.measure.prompts import load_prompt_sets, select
-from specdec_helpers.engine.serving import VLLMServer, draft_model_config
 
 PROFILE = load_profile("cpu-coder")
 PROMPTS_PER_CLASS = 3

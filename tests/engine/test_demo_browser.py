@@ -30,9 +30,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tools import demo_page
-from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from specdec_helpers.engine.serving import HOST, exit_with_parent, free_port
+from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
+from tools import demo_page
 
 pytestmark = pytest.mark.engine
 

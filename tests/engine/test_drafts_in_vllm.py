@@ -4,16 +4,14 @@ accepted well above what untrained weights would get."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from specdec_helpers.models import drafts
-from specdec_helpers.models import wheel_models
 from specdec_helpers import models as models_mod
-from specdec_helpers.measure.requests import measure_request, stream_chat
+from specdec_helpers.engine.serving import VLLMServer, draft_model_config
 from specdec_helpers.measure.metrics import SpecCounters
 from specdec_helpers.measure.prompts import load_prompt_sets, select
-from specdec_helpers.engine.serving import VLLMServer, draft_model_config
+from specdec_helpers.measure.requests import measure_request, stream_chat
+from specdec_helpers.models import drafts, wheel_models
 
 K = 4
 DEPTHS = {"smollm2-draft-1l": 1, "smollm2-draft-2l": 2, "smollm2-draft-4l": 4}

@@ -8,10 +8,15 @@ import socket
 import time
 
 import pytest
-
 from conftest import our_children
+
 from specdec_helpers.engine import serving
-from specdec_helpers.engine.serving import (PortInUseError, ServerError, ServerStartError, VLLMServer)
+from specdec_helpers.engine.serving import (
+    PortInUseError,
+    ServerError,
+    ServerStartError,
+    VLLMServer,
+)
 
 
 def test_missing_draft_directory_is_named(target_dir, tmp_path):

@@ -7,10 +7,10 @@ import re
 import pytest
 import requests
 
-from specdec_helpers.measure.requests import measure_request, stream_chat
+from specdec_helpers.engine.vllm_cpu_fix import expand_batch_values
 from specdec_helpers.measure.metrics import parse_spec_counters, read_spec_counters
 from specdec_helpers.measure.prompts import load_prompt_sets, select
-from specdec_helpers.engine.vllm_cpu_fix import expand_batch_values
+from specdec_helpers.measure.requests import measure_request, stream_chat
 
 K = 4
 PROMPTS = select(load_prompt_sets(["structured"]), limit_per_class=3)

@@ -16,9 +16,8 @@ from __future__ import annotations
 import pytest
 import requests
 
-from specdec_helpers.measure import metrics
-from specdec_helpers.measure import phases
 from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.measure import metrics, phases
 
 KS = [1, 2, 8]
 

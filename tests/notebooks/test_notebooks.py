@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import vllm_processes
+
 from tools.profiles import load_profile
 from tools.run_series import execute, find_notebooks
 

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdec_helpers.costmodel import analysis
-from specdec_helpers.costmodel import theory
+from specdec_helpers.costmodel import analysis, theory
 from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.stats import bootstrap_ratio_ci
 

@@ -11,10 +11,9 @@ import time
 import pytest
 
 from recipes.distill_drafts import distill
-from specdec_helpers.models import drafts
-from specdec_helpers.models import wheel_models
-from specdec_helpers.models.model_cache import MANIFEST_NAME, sha256_of
 from specdec_helpers.measure.prompts import load_prompt_sets, select
+from specdec_helpers.models import drafts, wheel_models
+from specdec_helpers.models.model_cache import MANIFEST_NAME, sha256_of
 
 K = 4
 DEPTHS = {"smollm2-draft-1l": 1, "smollm2-draft-2l": 2, "smollm2-draft-4l": 4}

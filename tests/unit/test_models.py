@@ -39,7 +39,11 @@ def test_tokenizer_and_chat_template_survive_conversion(target_dir):
 
 
 def test_count_tokens_counts_as_vllm_does(target_dir):
-    from specdec_helpers.models.tokenizer import chat_token_counter, count_tokens, load_tokenizer
+    from specdec_helpers.models.tokenizer import (
+        chat_token_counter,
+        count_tokens,
+        load_tokenizer,
+    )
 
     tok = load_tokenizer(target_dir)
     text = "Hello there, general inventory."
@@ -85,11 +89,15 @@ def test_offline_without_cache_says_what_to_do(tmp_path, monkeypatch):
     assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
 
 
-def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
-    final = tmp_path / "m"
+def test_build_once_leaves_nothing_on_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    final = tmp_path / "models" / "m"
+
+    def interrupted(tmp):
+        (tmp / "config.json").write_text("{}")
+        raise RuntimeError("interrupted")
+
     with pytest.raises(RuntimeError):
-        with model_cache.atomic_directory(final) as tmp:
-            (tmp / "config.json").write_text("{}")
-            raise RuntimeError("interrupted")
+        model_cache.build_once(final, lambda path: path.exists(), interrupted)
     assert not final.exists()
-    assert list(tmp_path.iterdir()) == []
+    assert list(final.parent.iterdir()) == []

@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from specdec_helpers.costmodel import pair_contrast
-from specdec_helpers.costmodel import theory
+from specdec_helpers.costmodel import pair_contrast, theory
 
 
 def test_manifest_rows_convert_mean_acceptance_length_and_label_the_source(tmp_path):

@@ -11,11 +11,15 @@ import stat
 
 import pytest
 
-from specdec_helpers import memory
-from specdec_helpers import preflight
+from specdec_helpers import memory, preflight
+from specdec_helpers.measure.prompts import (
+    Prompt,
+    load_prompt_sets,
+    long_document_prompt,
+    select,
+)
 from specdec_helpers.models import resolve
 from specdec_helpers.report import provenance
-from specdec_helpers.measure.prompts import Prompt, load_prompt_sets, long_document_prompt, select
 from tools import preflight as preflight_cli
 
 TARGET = "smollm2-135m-instruct"
@@ -277,25 +281,25 @@ def test_visible_gpu_is_planned_with_its_real_memory_and_free_share(fake_nvidia_
 
 
 def test_make_demo_refuses_at_once_when_two_servers_do_not_fit_in_ram(monkeypatch):
+    from specdec_helpers.preflight import checks
     from tools import demo_page
-    from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 1 * 2**30)
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 1 * 2**30)
     message = demo_page.memory_refusal("cpu-tiny", True, {})
     assert message and "CPU RAM: 2 server(s)" in message and "PROFILE=cpu-tiny" in message
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.memory_refusal("cpu-tiny", True, {}) is None
 
 
 def test_make_demo_without_a_profile_falls_back_to_the_small_pair_and_says_why(monkeypatch, capsys):
+    from specdec_helpers.preflight import checks
     from tools import demo_page
-    from specdec_helpers import preflight
 
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 10 * 2**30)  # cpu-coder's pair needs ~27 GiB
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 10 * 2**30)  # cpu-coder's pair needs ~27 GiB
     assert demo_page.choose_profile(None, False, {}) == ("cpu-tiny", None)
     assert "does not fit" in capsys.readouterr().err
     # a profile the user names is refused, never swapped
     profile, refusal = demo_page.choose_profile("cpu-coder", False, {})
     assert profile == "cpu-coder" and refusal and "CPU RAM" in refusal
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.choose_profile(None, False, {}) == ("cpu-coder", None)

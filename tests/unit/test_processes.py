@@ -6,8 +6,8 @@ import os
 import time
 
 import pytest
-
 from conftest import our_children
+
 from specdec_helpers.engine import serving
 from specdec_helpers.engine.serving import ServerError, VLLMServer, check_python
 

@@ -13,7 +13,6 @@ from specdec_helpers.measure.prompts import (
     PROMPTS_DIR,
     Prompt,
     PromptFileError,
-    available_prompt_sets,
     load_prompt_sets,
     load_prompts,
     long_document_for_tokens,
@@ -47,10 +46,6 @@ def write(tmp_path: Path, lines: list[str], name: str = "p.jsonl") -> Path:
 @pytest.fixture(scope="module")
 def shipped() -> list[Prompt]:
     return load_prompt_sets()
-
-
-def test_shipped_sets_exist():
-    assert {"structured", "creative"} <= set(available_prompt_sets())
 
 
 def test_shipped_sets_load_with_enough_prompts(shipped):

@@ -11,11 +11,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_helpers.report import reference as ref
-from tools import build_reference
 from specdec_helpers.report import record as record_module
+from specdec_helpers.report import reference as ref
 from specdec_helpers.report.record import MIME_TYPE, record, recorded
 from specdec_helpers.report.runs import REPO_ROOT
+from tools import build_reference
 
 NB05 = "05_structured_vs_creative"
 NB04 = "04_choosing_a_draft"

@@ -8,9 +8,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from specdec_helpers.report.record import MIME_TYPE, read_records
 from tools import run_series as runner
 from tools.profiles import ProfileError, load_profile
-from specdec_helpers.report.record import MIME_TYPE, read_records
 
 
 @pytest.fixture
@@ -67,8 +67,9 @@ def test_unknown_profile_lists_known_ones():
 
 
 def test_record_mime_output_shape():
-    from specdec_helpers.report.record import _plain
     import numpy as np
+
+    from specdec_helpers.report.record import _plain
 
     assert _plain({"a": np.float64(1.5), "b": [np.int64(2)], "c": float("nan")}) == {"a": 1.5, "b": [2], "c": None}
     json.dumps(_plain(np.arange(3)))

@@ -41,9 +41,9 @@ def test_setup_context_len_refuses_nonsense():
 
 
 def test_cpu_uses_the_self_draft_when_the_kv_space_holds_a_sequence(monkeypatch):
-    from specdec_helpers import preflight
+    from specdec_helpers.preflight import checks
 
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * memory.GIB)  # a big machine
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 64 * memory.GIB)  # a big machine
     # 2 GiB, the 1.5B twice: 2,147,483,648 / (16 x 2 x 28,672) = 2,340 blocks = 37,440 tokens.
     sizing = size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
                                 profile_draft_key="d", needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=2)
@@ -51,11 +51,11 @@ def test_cpu_uses_the_self_draft_when_the_kv_space_holds_a_sequence(monkeypatch)
 
 
 def test_cpu_takes_the_profile_draft_when_a_second_target_does_not_fit_in_ram(monkeypatch):
-    from specdec_helpers import preflight
     from specdec_helpers.engine import serving
+    from specdec_helpers.preflight import checks
 
     monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: False)  # served in float32
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 18 * memory.GIB)  # a 24 GB machine with programs open
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 18 * memory.GIB)  # a 24 GB machine with programs open
     sizing = size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=QWEN_05B,
                                 profile_draft_key="d", needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=2)
     assert (sizing.draft, sizing.self_draft) == ("d", False)
@@ -63,9 +63,9 @@ def test_cpu_takes_the_profile_draft_when_a_second_target_does_not_fit_in_ram(mo
 
 
 def test_cpu_refuses_a_kv_space_too_small_and_says_what_to_raise(monkeypatch):
-    from specdec_helpers import preflight
+    from specdec_helpers.preflight import checks
 
-    monkeypatch.setattr(preflight, "available_ram_bytes", lambda: 64 * memory.GIB)
+    monkeypatch.setattr(checks, "available_ram_bytes", lambda: 64 * memory.GIB)
     with pytest.raises(memory.ContextTooLongError, match="cpu_kv_cache_gib") as err:
         size_setup_servers(safety=SAFETY, platform="cpu", target=QWEN_15B, target_key="t", profile_draft=None,
                            profile_draft_key=None, needed_tokens=400, max_model_len=4096, cpu_kv_cache_gib=0.001)

@@ -269,7 +269,10 @@ def test_concurrency_speedup_bad_batch(batch):
 
 
 def test_coverage_mixes_speculative_and_plain_steps():
-    from specdec_helpers.costmodel.theory import predicted_speedup, predicted_speedup_with_coverage
+    from specdec_helpers.costmodel.theory import (
+        predicted_speedup,
+        predicted_speedup_with_coverage,
+    )
 
     # Full coverage is the plain formula; alpha=0.8, k=4, c=0.1, v=1: 3.3616 / 1.4 = 2.4011.
     assert predicted_speedup_with_coverage(0.8, 4, 0.1, None, 1.0) == pytest.approx(predicted_speedup(0.8, 4, 0.1))

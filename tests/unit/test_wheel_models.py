@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_helpers.models import model_cache
-from specdec_helpers.models import wheel_models
+from specdec_helpers.models import model_cache, wheel_models
 from specdec_helpers.models.model_cache import MANIFEST_NAME, ModelError
 from specdec_helpers.models.wheel_models import WheelGGUFModel, WheelPart
 
