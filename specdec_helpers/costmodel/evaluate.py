@@ -14,14 +14,12 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel import analysis, theory
-from specdec_helpers.engine.serving import VLLMServer, draft_model_config, ngram_config
+from specdec_helpers.engine.serving import NGRAM, VLLMServer, draft_model_config, ngram_config
 from specdec_helpers.measure import phases
 from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.measure.requests import measure_prompts, warm_up
 from specdec_helpers.models.resolve import resolve_model
 from specdec_helpers.stats import bootstrap_ci
-
-NGRAM = "ngram"
 
 
 @dataclass

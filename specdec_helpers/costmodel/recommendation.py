@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec_helpers.engine.serving import NGRAM
 from specdec_helpers.report.record import read_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
 FILE_NAME = "04_recommendation.json"
-NGRAM = "ngram"
 
 
 @dataclass(frozen=True)

@@ -348,9 +348,15 @@ def stop_all() -> None:
         server.stop()
 
 
+#: the candidate name of n-gram lookup (speculation without a draft model) in profiles and tables
+NGRAM = "ngram"
+#: vLLM's default KV block: caches hold whole blocks, prefix caching hits whole blocks only
+KV_BLOCK_TOKENS = 16
+
+
 def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
     """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
-    return {"method": "ngram", "num_speculative_tokens": num_speculative_tokens,
+    return {"method": NGRAM, "num_speculative_tokens": num_speculative_tokens,
             "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": 2}
 
 

