@@ -67,12 +67,27 @@ def smoke_overrides(name: str) -> dict[str, Any]:
     return overrides
 
 
+#: a profile's section of parameters for single notebooks ("05": {prompts_per_class: 8}), on top of the rest
+PER_NOTEBOOK = "per_notebook"
+
+
 def load_profile(name: str, smoke: bool = False) -> dict[str, Any]:
-    """Parameters of profile ``name``, with its smoke overrides on top when ``smoke``."""
+    """Parameters of profile ``name``, with its smoke overrides on top when ``smoke``. The ``per_notebook``
+    section stays in the result (:func:`notebook_overrides` reads it); smoke runs drop it (small everywhere)."""
     path = PARAMS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ProfileError(f"Unknown profile '{name}'. Known profiles: {', '.join(known_profiles())}.")
     params = _read(path)
+    section = params.get(PER_NOTEBOOK, {})
+    if not isinstance(section, dict) or not all(isinstance(v, dict) for v in section.values()):
+        raise ProfileError(f"{path}: {PER_NOTEBOOK} must map notebook prefixes (\"05\") to parameter mappings.")
     if smoke:
+        params.pop(PER_NOTEBOOK, None)
         params.update(smoke_overrides(name))
     return params
+
+
+def notebook_overrides(params: dict[str, Any], notebook: str) -> dict[str, Any]:
+    """The ``per_notebook`` parameters for ``notebook`` (a file name such as "05_structured_vs_creative.ipynb")."""
+    section = params.get(PER_NOTEBOOK) or {}
+    return {k: v for prefix, values in section.items() if notebook.startswith(str(prefix)) for k, v in values.items()}

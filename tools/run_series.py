@@ -6,6 +6,10 @@
 would warn about the others), plus ``run_dir``. A notebook that fails does not stop the others;
 the run exits non-zero and index.html shows which one failed and where its log is.
 
+The notebooks share their vLLM servers (``specdec_helpers.engine.pool``): one server per configuration
+for the whole run, stopped at its end, after a failure and on Ctrl-C; ``--own-servers`` gives every
+notebook its own, as in JupyterLab. ``servers.json`` in the run folder lists every start and reuse.
+
 Before any notebook starts, the profile's preflight (``make preflight``) checks what every notebook
 needs at the least, one server: a run that cannot start here (a GPU profile without a GPU, models
 that cannot be fetched, a prompt longer than ``max_model_len``) stops at once with the reasons and
@@ -16,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,9 +31,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from specdec_helpers.engine.pool import NOTEBOOK_ENV, ServerPool
 from specdec_helpers.report.record import read_records
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
-from tools.profiles import load_profile
+from tools.profiles import PER_NOTEBOOK, load_profile, notebook_overrides
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
@@ -53,10 +61,12 @@ def find_notebooks(selection: list[str] | None = None) -> list[Path]:
 
 
 def notebook_parameters(notebook: Path, params: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """The subset of ``params`` the notebook declares in its parameters cell, plus run_dir."""
+    """The subset of ``params`` the notebook declares in its parameters cell (with the profile's
+    ``per_notebook`` values for it), plus run_dir."""
     import papermill
 
     declared = papermill.inspect_notebook(str(notebook))
+    params = params | notebook_overrides(params, notebook.name)
     chosen = {k: v for k, v in params.items() if k in declared}
     if "run_dir" in declared:
         chosen["run_dir"] = str(run_dir)
@@ -127,6 +137,8 @@ img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 <h1>Is speculative decoding worth it?</h1>
 <p>Run <code>{{ name }}</code>, profile <b>{{ profile }}</b>, started
 {{ name[:15] }}. Parameters: <code>{{ params }}</code></p>
+{% if servers %}<p>vLLM servers: {{ servers.starts }} started ({{ servers.startup_s }} s of start-up),
+{{ servers.reuses }} reused by a later notebook; <a href="servers.json">servers.json</a> lists each.</p>{% endif %}
 {% if results %}<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>{% endif %}
 {% for run in runs -%}
 <h2>{{ run.name }} <small>{{ "ok" if run.ok else "FAILED" }}, {{ "%.0f" | format(run.seconds) }} s,
@@ -142,13 +154,14 @@ img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 """
 
 
-def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any]) -> Path:
+def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any],
+                servers: dict[str, Any] | None = None) -> Path:
     """A single page linking every executed notebook, its key numbers and its figures."""
     import jinja2
 
     template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
     page = template.render(
-        name=run_dir.name, profile=profile, params=json.dumps(params), show=_format,
+        name=run_dir.name, profile=profile, params=json.dumps(params), show=_format, servers=servers,
         results=(run_dir / "results.csv").exists(), figures=sorted((run_dir / "figures").glob("*.png")),
         runs=[{"name": r.name, "ok": r.ok, "seconds": r.seconds, "error": r.error, "records": r.records,
                "links": [p for p in (r.output.with_suffix(".html"), r.output) if p.exists()]} for r in runs])
@@ -198,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO_ROOT / "runs"), help="parent folder of run folders")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a parameter (VALUE is read as YAML), e.g. --set prompts_file=my.jsonl")
+    parser.add_argument("--own-servers", action="store_true",
+                        help="every notebook starts and stops its own servers (no sharing across notebooks)")
     parser.add_argument("--no-preflight", action="store_true",
                         help="skip the profile check before the first notebook (each notebook still checks itself)")
     args = parser.parse_args(argv)
@@ -205,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     params = load_profile(args.profile, smoke=args.smoke)
     overrides = parse_overrides(args.set)
     params.update(overrides)
+    for values in (params.get(PER_NOTEBOOK) or {}).values():  # --set wins over a notebook's own values too
+        for name in overrides:
+            values.pop(name, None)
     refusal = None if args.no_preflight else preflight_refusal(args.profile, args.smoke, overrides)
     if refusal:
         print(refusal, file=sys.stderr)
@@ -215,17 +233,50 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")
-    runs = []
-    for notebook in find_notebooks(args.notebooks):
-        print(f"executing {notebook.name} ...", flush=True)
-        run = execute(notebook, params, run_dir)
-        error = f": {run.error[:300]}" if run.error else ""
-        print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s{error}")
-        runs.append(run)
+    runs, servers = run_notebooks(find_notebooks(args.notebooks), params, run_dir, share_servers=not args.own_servers)
     combine_results(run_dir)
-    index = write_index(run_dir, runs, args.profile, params)
+    index = write_index(run_dir, runs, args.profile, params, servers)
     print(f"report: {index}")
     return 0 if all(r.ok for r in runs) else 1
+
+
+def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
+                  share_servers: bool = True) -> tuple[list[NotebookRun], dict[str, Any] | None]:
+    """Execute ``notebooks`` in order, sharing one pool of servers between them; every server is stopped
+    before this returns (a failed notebook, Ctrl-C or SIGTERM included). Returns the runs and the pool's
+    summary (starts, reuses, per notebook), also written to ``servers.json``."""
+    runs: list[NotebookRun] = []
+    pool = ServerPool(run_dir / "servers", os.getpid()) if share_servers else None
+    saved = {k: os.environ.get(k) for k in (*(pool.environment() if pool else {}), NOTEBOOK_ENV)}
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
+    try:
+        if pool:
+            os.environ.update(pool.environment())  # papermill's kernels inherit it
+        for notebook in notebooks:
+            print(f"executing {notebook.name} ...", flush=True)
+            os.environ[NOTEBOOK_ENV] = notebook.stem
+            run = execute(notebook, params, run_dir)
+            error = f": {run.error[:300]}" if run.error else ""
+            print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s{error}")
+            runs.append(run)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+        summary = None
+        if pool:
+            pool.stop_all()  # (and if this failed, each server's guard stops it once this process exits)
+            summary = pool.summary()
+            (run_dir / "servers.json").write_text(json.dumps({**summary, "events": pool.events()}, indent=1))
+            print(f"vLLM servers: {summary['starts']} started ({summary['startup_s']:.0f} s of start-up), "
+                  f"{summary['reuses']} reused")
+    return runs, summary
+
+
+def _exit_on_sigterm(signum, frame) -> None:  # so that the finally block above stops the servers
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

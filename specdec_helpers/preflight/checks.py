@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from specdec_helpers import memory
+from specdec_helpers.engine.pool import active_pool
 from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, NGRAM, cpu_serving_dtype, vllm_install
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
@@ -184,8 +185,10 @@ def _check_gpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
 
 
 def available_ram_bytes() -> int:
-    """Memory free for new processes now: what the servers can take."""
-    return int(psutil.virtual_memory().available)
+    """Memory free for new processes now: what the servers can take. Inside ``make run`` this counts the idle
+    shared servers too: the pool stops them before a server that needs their room starts."""
+    pool = active_pool()
+    return int(psutil.virtual_memory().available) + (pool.reclaimable_bytes() if pool else 0)
 
 
 def cpu_servers_ram_bytes(weight_bytes: float, servers: int, cpu_kv_cache_gib: float) -> float:
@@ -201,7 +204,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
         return None
     # weights and KV in the dtype the server will run (float32 on CPUs without fast bf16: serving.py)
     served, draft_shapes = cpu_serving_dtype("auto"), [d.shape for d in drafts if d.shape is not None]
-    # KV space: each server's VLLM_CPU_KVCACHE_SPACE must hold one sequence of max_model_len.
+    # KV space: each server's KV cache (--kv-cache-memory-bytes) must hold one sequence of max_model_len.
     per_token = memory.kv_bytes_per_token(target.shape, served)
     per_token += max((memory.kv_bytes_per_token(s, served) for s in draft_shapes), default=0)
     space, need = cpu_kv_cache_gib * GIB, per_token * max_model_len

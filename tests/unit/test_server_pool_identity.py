@@ -1,0 +1,89 @@
+"""What makes two servers "the same" in a run's pool, and the per-notebook parameters of a profile (no server)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from specdec_helpers.engine import pool
+from specdec_helpers.engine.serving import VLLMServer, draft_model_config, ngram_config, served_weight_bytes
+from tools import profiles
+from tools.run_series import notebook_parameters
+
+
+def _model(tmp_path, name="m", dtype="bfloat16", size=1000):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"torch_dtype": dtype}))
+    (folder / "model.safetensors").write_bytes(b"\0" * size)
+    return folder
+
+
+def test_port_and_served_name_do_not_make_another_server(tmp_path):
+    model = _model(tmp_path)
+    a = VLLMServer(model, name="baseline", port=8000, log_dir=tmp_path)
+    b = VLLMServer(model, name="phases", port=9000, log_dir=tmp_path / "elsewhere", startup_timeout_s=5)
+    assert a.pool_key() == b.pool_key()
+
+
+@pytest.mark.parametrize("change", [
+    {"max_model_len": 1024}, {"dtype": "float32"}, {"cpu_kv_cache_gib": 0.5},
+    {"speculative_config": ngram_config(4)}, {"extra_env": {"ONEDNN_MAX_CPU_ISA": "AVX2"}},
+    {"cpu_threads_bind": "0"}, {"seed": 1}])
+def test_every_flag_and_variable_that_changes_a_measurement_makes_another_server(tmp_path, change):
+    model = _model(tmp_path)
+    assert VLLMServer(model, log_dir=tmp_path).pool_key() != VLLMServer(model, log_dir=tmp_path, **change).pool_key()
+
+
+def test_variables_that_change_nothing_are_not_part_of_the_identity():
+    command = ["python", "-m", "vllm", "--port", "1", "--served-model-name", "a", "--dtype", "bfloat16"]
+    same = ["python", "-m", "vllm", "--port", "2", "--served-model-name", "b", "--dtype", "bfloat16"]
+    assert pool.server_key(command, {"TMPDIR": "/a", "HOME": "/x"}) == pool.server_key(same, {"TMPDIR": "/b"})
+    assert pool.server_key(command, {}) != pool.server_key(command, {"VLLM_CPU_OMP_THREADS_BIND": "0"})
+
+
+def test_greedy_draft_sampling_is_vllms_default_and_left_out_of_the_command(tmp_path):
+    draft = _model(tmp_path, "d")
+    assert draft_model_config(draft, 4, "greedy") == draft_model_config(draft, 4)
+    assert draft_model_config(draft, 4, "probabilistic")["draft_sample_method"] == "probabilistic"
+
+
+def test_weights_scale_from_the_checkpoints_dtype_to_the_served_one(tmp_path):
+    model = _model(tmp_path, dtype="bfloat16", size=1000)
+    assert served_weight_bytes(model, "float32") == 2000
+    assert served_weight_bytes(model, "bfloat16") == 1000
+
+
+def test_no_pool_outside_a_run_and_none_once_its_owner_is_gone(monkeypatch, tmp_path):
+    monkeypatch.delenv(pool.POOL_ENV, raising=False)
+    assert pool.active_pool() is None
+    monkeypatch.setenv(pool.POOL_ENV, str(tmp_path))
+    monkeypatch.setenv(pool.OWNER_ENV, str(os.getpid()))
+    assert pool.active_pool() is not None
+    monkeypatch.setenv(pool.OWNER_ENV, "999999999")  # no such process
+    assert pool.active_pool() is None
+
+
+def test_per_notebook_parameters_apply_to_their_notebook_only_and_smoke_drops_them():
+    params = profiles.load_profile("cpu-coder")
+    assert profiles.notebook_overrides(params, "05_structured_vs_creative.ipynb") == {"prompts_per_class": 8}
+    assert profiles.notebook_overrides(params, "04_choosing_a_draft.ipynb") == {}
+    assert profiles.PER_NOTEBOOK not in profiles.load_profile("cpu-coder", smoke=True)
+
+
+def test_a_notebook_gets_its_own_values_on_top_of_the_profile(tmp_path):
+    from specdec_helpers.report.runs import REPO_ROOT
+
+    params = profiles.load_profile("cpu-coder")
+    five = notebook_parameters(REPO_ROOT / "notebooks" / "05_structured_vs_creative.ipynb", params, tmp_path)
+    four = notebook_parameters(REPO_ROOT / "notebooks" / "04_choosing_a_draft.ipynb", params, tmp_path)
+    assert five["prompts_per_class"] == 8 and four["prompts_per_class"] == params["prompts_per_class"]
+
+
+def test_a_malformed_per_notebook_section_is_named(tmp_path, monkeypatch):
+    (tmp_path / "bad.yaml").write_text("per_notebook: [1, 2]\n")
+    monkeypatch.setattr(profiles, "PARAMS_DIR", tmp_path)
+    with pytest.raises(profiles.ProfileError, match="per_notebook must map"):
+        profiles.load_profile("bad")
