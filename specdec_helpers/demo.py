@@ -17,12 +17,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from specdec_helpers.engine.serving import (
-    VLLMServer,
-    core_share,
-    cores_spec,
-    usable_core_ids,
-)
+from specdec_helpers.engine.cpu import core_share, cores_spec, usable_core_ids
+from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
 from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
 

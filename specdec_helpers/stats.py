@@ -1,10 +1,6 @@
-"""Small helpers for honest timing comparisons.
-
-Timings on a laptop or a shared machine are noisy and skewed (a run that collides with a
-background job is slow, never fast), so the notebooks report medians with inter-quartile ranges
-and bootstrap confidence intervals rather than a mean and a single number. With the handful of
-prompts a notebook can afford, the interval says how much the headline speedup could move on a
-rerun.
+"""Medians, quartiles and bootstrap intervals for honest timing comparisons. Timings on a shared machine are
+noisy and skewed (a run that collides with a background job is slow, never fast), so the notebooks report
+medians with intervals; with a handful of prompts, the interval says how far a speedup could move on a rerun.
 """
 
 from __future__ import annotations
@@ -47,20 +43,14 @@ def _interval(point: float, boot: np.ndarray, confidence: float) -> tuple[float,
 
 
 def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
-    """``(median, q25, q75)`` of ``values``, NaNs dropped: robust to the occasional slow run.
-
-    Quartiles use numpy's default linear interpolation.
-    """
+    """``(median, q25, q75)`` of ``values``, NaNs dropped (numpy's linear quartiles): robust to a slow run."""
     q25, med, q75 = np.percentile(_as_clean_array(values), [25.0, 50.0, 75.0])
     return float(med), float(q25), float(q75)
 
 
 def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
-    """The ``q``-th percentile (0 < q <= 100) by nearest rank: an observed value.
-
-    Why: a tail latency should be one a request really had, and with the few requests of a CPU run
-    (2 or 4 per level) it must not fall below the median: p90 of two latencies is the larger one.
-    """
+    """The ``q``-th percentile (0 < q <= 100) by nearest rank: a tail latency one request really had, which with
+    the 2 or 4 requests per level of a CPU run never falls below the median (p90 of two is the larger one)."""
     if not 0 < q <= 100:
         raise ValueError(f"q must be in (0, 100], got {q}")
     return float(np.percentile(_as_clean_array(values), q, method="inverted_cdf"))  # nearest rank
@@ -79,11 +69,8 @@ def _apply_stat(stat: Callable, samples: np.ndarray) -> np.ndarray:
 
 def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resamples: int = 2000,
                  confidence: float = 0.95, seed: int | None = 0) -> tuple[float, float, float]:
-    """``(point, low, high)``: ``stat(values)`` with a percentile-bootstrap confidence interval.
-
-    No normality assumption, which suits skewed timings; with very few values the interval is too
-    narrow, so read it as a rough guide. With fewer than 2 values (NaNs dropped) the interval is NaN.
-    """
+    """``(point, low, high)``: ``stat(values)`` with a percentile-bootstrap interval (no normality assumption: skewed
+    timings). Too narrow with very few values, so a rough guide; NaN with fewer than 2 (NaNs dropped)."""
     _check_confidence(confidence)
     if int(n_resamples) < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
@@ -96,13 +83,10 @@ def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resample
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float], n_resamples: int = 2000,
                        confidence: float = 0.95, seed: int | None = 0) -> tuple[float, float, float]:
-    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``.
-
-    Why: vLLM's acceptance rate is pooled (all accepted tokens over all proposed ones), so its
-    interval must resample *requests* (pairs kept together) and recompute the pooled ratio; a mean
-    of per-request rates would weigh a 3-draft answer like a 30-draft one. Resamples with a zero
-    denominator and pairs with a NaN are dropped; fewer than 2 pairs give a NaN interval.
-    """
+    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``. vLLM's acceptance rate is
+    pooled, so the interval resamples *requests* (pairs together) and recomputes the pooled ratio: a mean of
+    per-request rates would weigh a 3-draft answer like a 30-draft one. Resamples with a zero denominator and
+    pairs with a NaN are dropped; fewer than 2 pairs give a NaN interval."""
     num = np.asarray(numerators, dtype=float).ravel()
     den = np.asarray(denominators, dtype=float).ravel()
     if num.shape != den.shape:

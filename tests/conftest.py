@@ -17,13 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specdec_helpers.engine.serving import (
-    VLLMServer,
-    core_share,
-    draft_model_config,
-    ngram_config,
-    usable_core_ids,
-)
+from specdec_helpers.engine.cpu import core_share, usable_core_ids
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.spec_config import draft_model_config, ngram_config
 from specdec_helpers.models.resolve import resolve_model
 
 TARGET = "smollm2-135m-instruct"
@@ -41,7 +37,7 @@ def pytest_configure(config) -> None:
     Why: most of the suite's time is vLLM engine starts, which are single-threaded Python imports,
     so two workers on 2 cores overlap them and halve the wall time. Pinned, the workers do not
     fight over cores: every server, kernel and torch thread a test starts inherits the affinity
-    (``serving.cpu_threads_default`` binds the server's threads to exactly these cores), so each
+    (``engine.cpu.cpu_threads_default`` binds the server's threads to exactly these cores), so each
     notebook still compares its baseline and speculative servers on the same hardware.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER")

@@ -171,7 +171,8 @@ def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str 
                   max_model_len=params["max_model_len"], servers=2,
                   gpu_memory_utilization=params.get("gpu_memory_utilization", 0.45),
                   cpu_kv_cache_gib=params.get("cpu_kv_cache_gib", 1),
-                  chat_template_kwargs=params.get("chat_template_kwargs") or None)
+                  chat_template_kwargs=params.get("chat_template_kwargs") or None,
+                  served_format=params.get("served_format", "auto"))
     except PreflightError as exc:
         if not re.search(r"\bRAM\b", str(exc)):
             return None
@@ -207,6 +208,25 @@ def choose_profile(asked: str | None, smoke: bool, overrides: dict[str, Any]) ->
     return FALLBACK_PROFILE, memory_refusal(FALLBACK_PROFILE, smoke, overrides)
 
 
+def describe(profile: str, params: dict[str, Any]) -> str:
+    """What the page will run and why, for the terminal: the pair, k and the served format auto picked."""
+    from specdec_helpers.engine.cpu import cpu_has_int8_dot, cpu_serving_format
+    from specdec_helpers.engine.install import vllm_install
+
+    asked = params.get("served_format", "auto")
+    if vllm_install().platform != "cpu":
+        served = f"served as {asked} (vLLM's --dtype)"
+    else:
+        fmt = cpu_serving_format(asked)
+        why = ("you asked for it" if asked != "auto" else
+               "this CPU multiplies int8 natively (VNNI), and int8 holds about half of bf16's weight bytes"
+               if fmt == "int8" else "no int8 dot products here" + ("" if cpu_has_int8_dot() else " (no VNNI)"))
+        served = f"served as {fmt} ({why})"
+    return (f"The demo runs {profile}: {params['target_model']} alone and drafted by {params.get('draft_model')} "
+            f"(k = {params.get('num_speculative_tokens', 4)}), both servers up at once, {served}. The page shows "
+            "how much memory each server holds.")
+
+
 def main(argv: list[str] | None = None) -> int:
     from tools.run_series import parse_overrides
 
@@ -225,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
+    print(describe(args.profile, load_profile(args.profile, smoke=args.smoke) | overrides), flush=True)
     notebook = prepare(args.profile, args.smoke, overrides)
     # Same process group as `make`: Ctrl-C reaches Voila directly, and it shuts its kernels down.
     proc, url = start(notebook, args.port, new_session=False)

@@ -446,11 +446,9 @@ def _step_time(server, prompts, tokens: int = 64) -> float:
 def cmd_evaluate(args) -> None:
     """For each depth: first-position / overall acceptance and mean acceptance length on the full
     structured and creative sets, c, and greedy outputs compared with the baseline's."""
-    from specdec_helpers.engine.serving import (
-        VLLMServer,
-        draft_model_config,
-        vllm_install,
-    )
+    from specdec_helpers.engine.install import vllm_install
+    from specdec_helpers.engine.serving import VLLMServer
+    from specdec_helpers.engine.spec_config import draft_model_config
     from specdec_helpers.measure.metrics import read_spec_counters
     from specdec_helpers.measure.prompts import load_prompt_sets
     from specdec_helpers.models.drafts import provision_draft

@@ -79,11 +79,9 @@ def first_difference(a: Sequence, b: Sequence) -> int | None:
 
 
 def greedy_agreement(results: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
-    """At temperature 0, is each speculative answer the baseline's, character for character?
-
-    Lossless in exact arithmetic, but the verify pass's batched product rounds differently, so a near-tie of
-    the target's top two tokens can flip: ``first_difference`` is the character where they part, or -1.
-    """
+    """At temperature 0, is each speculative answer the baseline's, character for character? Lossless in exact
+    arithmetic, but the verify pass's batched product rounds differently, so a near-tie of the target's top two
+    tokens can flip: ``first_difference`` is the character where they part, or -1."""
     rows = []
     for _, r in paired(results[results["temperature"] == 0], "text", baseline).iterrows():
         a, b = str(r["baseline_text"]), str(r["text"])

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel import analysis, theory
-from specdec_helpers.engine.serving import NGRAM, VLLMServer, draft_model_config, ngram_config
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.spec_config import NGRAM, draft_model_config, ngram_config
 from specdec_helpers.measure import phases
 from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.measure.requests import measure_prompts, warm_up

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.engine.serving import NGRAM
+from specdec_helpers.engine.spec_config import NGRAM
 from specdec_helpers.report.record import read_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"

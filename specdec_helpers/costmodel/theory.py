@@ -52,11 +52,9 @@ def _first_reaching(f: Callable[[float], float], target: float) -> float:
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """Expected tokens per target pass, ``E = 1 + alpha + ... + alpha**k = (1 - alpha**(k+1)) / (1 - alpha)``.
-
-    Draft token i survives only if all before it do; the target always adds one (vLLM's mean acceptance
-    length). Near ``alpha = 1`` (0/0) the series is summed.
-    """
+    """Expected tokens per target pass, ``E = 1 + alpha + ... + alpha**k = (1 - alpha**(k+1)) / (1 - alpha)``: draft
+    token i survives only if all before it do; the target always adds one (vLLM's mean acceptance length). Near
+    ``alpha = 1`` (0/0) the series is summed."""
     a, g = _check_alpha(alpha), _check_k(k)
     if a > 1.0 - 1e-6:
         return float(sum(a**i for i in range(g + 1)))
@@ -64,12 +62,10 @@ def expected_tokens_per_pass(alpha: float, k: int) -> float:
 
 
 def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = False) -> float:
-    """The per-token ``alpha`` whose ``E(alpha, k)`` equals a measured mean acceptance length.
-
-    Not vLLM's rate (accepted / proposed): later positions are reached only if all earlier ones were accepted.
-    Assumes k-token drafts (shorter n-gram drafts: an underestimate). ``clip``: clip ``mal`` into [1, k + 1];
-    unknown (None, NaN) or ``k < 1`` gives NaN.
-    """
+    """The per-token ``alpha`` whose ``E(alpha, k)`` equals a measured mean acceptance length; not vLLM's rate
+    (accepted / proposed): later positions are reached only if all earlier ones were accepted. Assumes k-token
+    drafts (shorter n-gram drafts: an underestimate). ``clip``: clip ``mal`` into [1, k + 1]; unknown (None, NaN)
+    or ``k < 1`` gives NaN."""
     if clip:
         if mal is None or not math.isfinite(float(mal)) or k < 1:
             return math.nan
@@ -81,10 +77,8 @@ def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = Fa
 
 
 def alpha_from_per_position(rates: Iterable[float]) -> float:
-    """The ``alpha`` minimising ``sum_i (alpha**i - rates[i-1])**2`` (the geometric model: ``rates[i-1] = alpha**i``).
-
-    One alpha for the whole per-position curve; real acceptance usually falls faster than geometric.
-    """
+    """The ``alpha`` minimising ``sum_i (alpha**i - rates[i-1])**2`` (the geometric model: ``rates[i-1] = alpha**i``),
+    one for the whole per-position curve; real acceptance usually falls faster than geometric."""
     r = np.asarray(list(rates), dtype=float)
     if r.ndim != 1 or r.size == 0:
         raise ValueError("rates must be a non-empty list of per-position acceptance rates")
@@ -154,11 +148,9 @@ def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None)
 
 def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
                                     coverage: float = 1.0) -> float:
-    """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup).
-
-    Steps without a draft are plain decode steps (cost 1, 1 token), so averaged over decode steps:
-    ``(f * E + 1 - f) / (f * (k * c + v(k)) + 1 - f)``. ``f = 1`` is :func:`predicted_speedup`.
-    """
+    """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup). Steps
+    without a draft are plain decode steps (cost 1, 1 token), so averaged over decode steps:
+    ``(f * E + 1 - f) / (f * (k * c + v(k)) + 1 - f)``. ``f = 1`` is :func:`predicted_speedup`."""
     f = _check_coverage(coverage)
     a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
     if verify is None:  # the papers' free verification
@@ -174,10 +166,8 @@ def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: Veri
 def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
            coverage: float = 1.0) -> tuple[int, float]:
     """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k``; ``(0, 1.0)``: do not speculate.
-
     Coverage matters: a long ``k`` that pays per drafted step buys little when few steps draft. Searched
-    exhaustively (with a measured ``v(k)`` the curve need not be unimodal); ties go to the smaller ``k``.
-    """
+    exhaustively (with a measured ``v(k)`` the curve need not be unimodal); ties go to the smaller ``k``."""
     best = (0, 1.0)
     for g in range(1, _check_k(max_k, name="max_k") + 1):
         s = predicted_speedup_with_coverage(alpha, g, c, verify, coverage)
@@ -188,11 +178,9 @@ def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
 
 def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapping[int, float], batch: int,
                         coverage: float = 1.0) -> float:
-    """Predicted speedup when ``batch`` sequences decode together: why speculation fades with load.
-
-    ``t(n)``: measured time of a target forward over ``n`` tokens. Verifying ``b`` sequences costs
-    ``t(b * (k + 1))``, near ``t(b)`` while memory-bound, paid in full once compute-bound; the draft ``c * t(b)``.
-    """
+    """Predicted speedup when ``batch`` sequences decode together: why speculation fades with load. ``t(n)``:
+    measured time of a target forward over ``n`` tokens. Verifying ``b`` sequences costs ``t(b * (k + 1))``,
+    near ``t(b)`` while memory-bound, paid in full once compute-bound; the draft ``c * t(b)``."""
     a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
     b = _check_k(batch, minimum=1, name="batch (concurrent sequences)")
     t = _PiecewiseLinear(step_time_at_batch, "step_time_at_batch")
@@ -203,9 +191,7 @@ def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapp
 
 def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: float = 1.0) -> float:
     """The per-token acceptance below which this ``k`` makes decoding slower: the cost side as one number.
-
-    Coverage does not move it (unless 0: every alpha breaks even). NaN when even ``alpha = 1`` loses.
-    """
+    Coverage does not move it (unless 0: every alpha breaks even). NaN when even ``alpha = 1`` loses."""
     g, cf, f = _check_k(k, minimum=1), _check_c(c), _check_coverage(coverage)
     if predicted_speedup_with_coverage(1.0, g, cf, verify, f) < 1.0:
         return float("nan")

@@ -44,8 +44,10 @@ OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
 NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
 #: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
 MARGIN_BYTES = int(1.5 * 2**30)
-#: environment variables that change what a server computes or how fast: part of its identity
-_IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_", "TORCH")
+#: environment variables that change what a server computes or how fast: part of its identity. Not TORCH*:
+#: importing vLLM in a kernel sets TORCHINDUCTOR_* (compile threads, cache folder), which an eager server never
+#: reads, and one notebook's baseline would not be the next one's
+_IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_")
 _VOLATILE_FLAGS = ("--port", "--served-model-name")
 
 

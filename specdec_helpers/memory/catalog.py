@@ -15,7 +15,7 @@ __all__ = ["DTYPE_BYTES", "UnknownModelError", "UnknownGPUError", "ConfigError",
            "known_models", "load_model_config", "known_gpus", "gpu_spec", "match_gpu", "model_shape"]
 
 #: Bytes per stored value. int4 is half a byte: two weights share one byte.
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int4": 0.5}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 _DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
 _CONFIG_DIR = _DATA_DIR / "configs"
 # GPU aliases and driver-name patterns, dtype spellings, MLP and q/k-norm families (what each means: its _about).

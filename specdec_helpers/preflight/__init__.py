@@ -3,15 +3,7 @@ the same vocabulary? A server takes 45 s to many minutes to start, and a run tha
 far from its cause (a prompt rejected, an answer silently cut, vLLM stopping after loading the weights, a
 draft that almost never agrees). Free RAM is read by ``checks.available_ram_bytes``: patch it there."""
 
-from specdec_helpers.preflight.checks import (
-                                              Request,
-                                              available_ram_bytes,
-                                              check_run,
-                                              cpu_servers_ram_bytes,
-                                              resolve,
-                                              run_checks,
-)
-from specdec_helpers.preflight.report import Check, PreflightError, PreflightReport
+from specdec_helpers.preflight.checks import Request, check_run, resolve, run_checks
+from specdec_helpers.preflight.report import PreflightError, PreflightReport
 
-__all__ = ["Check", "PreflightError", "PreflightReport", "Request", "available_ram_bytes", "check_run",
-           "cpu_servers_ram_bytes", "resolve", "run_checks"]
+__all__ = ["PreflightError", "PreflightReport", "Request", "check_run", "resolve", "run_checks"]

@@ -13,8 +13,11 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from specdec_helpers import memory
+from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format
+from specdec_helpers.engine.install import vllm_install
 from specdec_helpers.engine.pool import active_pool
-from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, NGRAM, cpu_serving_dtype, vllm_install
+from specdec_helpers.engine.serving import KV_BLOCK_TOKENS
+from specdec_helpers.engine.spec_config import NGRAM
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
 from specdec_helpers.models.tokenizer_check import compare_tokenizers
@@ -198,12 +201,12 @@ def cpu_servers_ram_bytes(weight_bytes: float, servers: int, cpu_kv_cache_gib: f
 
 
 def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: list[ResolvedModel], *,
-                      servers: int, cpu_kv_cache_gib: float, max_model_len: int) -> int | None:
+                      servers: int, cpu_kv_cache_gib: float, max_model_len: int, served_format: str) -> int | None:
     if target.shape is None:
         report.add("CPU memory", "-", "-", None, f"no config for {target.name}: not planned", order=60)
         return None
     # weights and KV in the dtype the server will run (float32 on CPUs without fast bf16: serving.py)
-    served, draft_shapes = cpu_serving_dtype("auto"), [d.shape for d in drafts if d.shape is not None]
+    served, draft_shapes = cpu_serving_dtype(served_format), [d.shape for d in drafts if d.shape is not None]
     # KV space: each server's KV cache (--kv-cache-memory-bytes) must hold one sequence of max_model_len.
     per_token = memory.kv_bytes_per_token(target.shape, served)
     per_token += max((memory.kv_bytes_per_token(s, served) for s in draft_shapes), default=0)
@@ -215,12 +218,13 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
                f"vLLM would refuse to start. The largest max_model_len that fits is {largest:,}; "
                f"or raise cpu_kv_cache_gib to at least {math.ceil(need / GIB)}.", order=45)
     # RAM: every server's weights (and the biggest draft's, in one of them), KV space and overhead, in what is free
-    raw_weights = servers * memory.weight_bytes(target.shape, served)
-    raw_weights += max((memory.weight_bytes(s, served) for s in draft_shapes), default=0)
+    stored = "int8" if cpu_serving_format(served_format) == "int8" else served  # int8: the layers' weights only
+    raw_weights = servers * memory.weight_bytes(target.shape, stored)
+    raw_weights += max((memory.weight_bytes(s, stored) for s in draft_shapes), default=0)
     weights, overhead = raw_weights * CPU_WEIGHT_FACTOR, servers * CPU_SERVER_OVERHEAD_GIB * GIB
     total, available = cpu_servers_ram_bytes(raw_weights, servers, cpu_kv_cache_gib), available_ram_bytes()
     largest_kv = max(0, math.floor((available - weights - overhead) / servers / GIB * 10) / 10)
-    report.add(f"CPU RAM: {servers} server(s)", f"weights ({served}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV "
+    report.add(f"CPU RAM: {servers} server(s)", f"weights ({stored}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV "
                f"{servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} = {total / GIB:.1f} GiB",
                f"<= {available / GIB:.1f} GiB available", total <= available,
                f"Not enough free memory for the servers ({total / GIB:.1f} GiB needed, {available / GIB:.1f} GiB "
@@ -262,7 +266,7 @@ def _check_vocab(report: PreflightReport, target: ResolvedModel, draft: Resolved
 
 def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], requests: list[Request],
                max_model_len: int, servers: int, gpu_memory_utilization: float, cpu_kv_cache_gib: float,
-               gpu_name: str | None, chat_template_kwargs: dict | None) -> PreflightReport:
+               gpu_name: str | None, chat_template_kwargs: dict | None, served_format: str = "auto") -> PreflightReport:
     """Every check for ``requests``, each model resolved once; returns the report, even when it refuses."""
     for name, value in (("max_model_len", max_model_len), ("servers", servers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -294,7 +298,7 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
                                            utilization=float(gpu_memory_utilization), gpu_name=gpu_name)
     else:
         memory_max_len = _check_cpu_memory(report, target, drafts_, servers=servers, max_model_len=max_model_len,
-                                           cpu_kv_cache_gib=float(cpu_kv_cache_gib))
+                                           cpu_kv_cache_gib=float(cpu_kv_cache_gib), served_format=served_format)
     _check_prompts(report, target, requests, max_model_len, chat_template_kwargs,
                    memory_max_len if memory_max_len and memory_max_len != max_model_len else None)
     for d in drafts_:
@@ -305,7 +309,7 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
 def check_run(*, profile: str, target_model: str, draft_model: str | None, prompts, max_tokens: int,
               max_model_len: int, servers: int = 1, gpu_memory_utilization: float = 0.45,
               cpu_kv_cache_gib: float = 1, gpu_name: str | None = None,
-              chat_template_kwargs: dict | None = None) -> PreflightReport:
+              chat_template_kwargs: dict | None = None, served_format: str = "auto") -> PreflightReport:
     """The report of one run (it prints as a table), or :class:`PreflightError` naming for each problem the
     parameter to change and the largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or
     token ids, each with room for ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
@@ -322,7 +326,8 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
     report = run_checks(profile=profile, target_model=target_model, drafts=[draft_model] if draft_model else [],
                         requests=requests, max_model_len=max_model_len,
                         servers=servers, gpu_memory_utilization=gpu_memory_utilization,
-                        cpu_kv_cache_gib=cpu_kv_cache_gib, gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs)
+                        cpu_kv_cache_gib=cpu_kv_cache_gib, gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs,
+                        served_format=served_format)
     if not report.ok:
         raise PreflightError(report.message(), report)
     return report

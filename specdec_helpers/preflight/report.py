@@ -57,7 +57,6 @@ class PreflightReport:
         return (f"Preflight for profile {self.profile} ({self.platform}, {self.hardware}): "
                 f"{self.target_model} with {', '.join(self.draft_models) or 'no draft model'}")
 
-
     def message(self) -> str:
         """The refusal as a short paragraph with one bullet per problem (empty when all passed)."""
         n, bullets = len(self.failures), "\n".join(f"- {c.what}: {c.fix}" for c in self.failures)

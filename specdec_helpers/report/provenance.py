@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from specdec_helpers.engine.serving import usable_core_ids, vllm_install
+from specdec_helpers.engine.cpu import cpu_serving_format, usable_core_ids
+from specdec_helpers.engine.install import vllm_install
 
 
 @lru_cache(maxsize=1)
@@ -78,10 +79,14 @@ def hardware() -> str:
     return gpu_name() or f"{cpu_name()} ({usable_cpus()} cores)"
 
 
-def provenance(profile: str, target_model: str, draft_model: str | None = None, **extra: Any) -> dict[str, Any]:
-    """The columns every results row carries."""
+def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",
+               **extra: Any) -> dict[str, Any]:
+    """The columns every results row carries; ``served_format`` as the notebook's servers were asked for it
+    (on a CPU "auto" is recorded as what it picked, ``engine.cpu.cpu_serving_format``)."""
     install = vllm_install()
+    served = cpu_serving_format(served_format) if install.platform == "cpu" else served_format
     return {"profile": profile, "target_model": target_model, "draft_model": draft_model or "",
+            "served_format": served,
             "vllm_package": install.distribution, "vllm_version": install.version, "hardware": hardware(),
             "python": sys.version.split()[0], "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             **extra}
@@ -90,4 +95,6 @@ def provenance(profile: str, target_model: str, draft_model: str | None = None, 
 def caption(prov: dict[str, Any]) -> str:
     """A short provenance line for the bottom of a figure."""
     pair = prov["target_model"] + (f" + draft {prov['draft_model']}" if prov.get("draft_model") else "")
-    return f"{prov['hardware']} | {pair} | {prov['vllm_package']} {prov['vllm_version']} | {prov['measured_at'][:10]}"
+    served = f" ({prov['served_format']})" if prov.get("served_format") not in (None, "", "auto") else ""
+    return (f"{prov['hardware']} | {pair}{served} | {prov['vllm_package']} {prov['vllm_version']} | "
+            f"{prov['measured_at'][:10]}")

@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import our_children
 
-from specdec_helpers.engine import serving
+from specdec_helpers.engine import cpu
 from specdec_helpers.engine.serving import (
     PortInUseError,
     ServerError,
@@ -104,7 +104,7 @@ def test_server_ignores_modules_in_the_working_folder_and_stops_when_the_body_ra
 def test_cpu_servers_use_every_core_unless_told(target_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     cores = sorted(os.sched_getaffinity(0))
-    default = serving.cpu_threads_default()
+    default = cpu.cpu_threads_default()
     # vLLM's own "auto" keeps a core back; ours names every usable core
     named = set()
     for part in default.split(","):
@@ -118,12 +118,14 @@ def test_cpu_servers_use_every_core_unless_told(target_dir, tmp_path, monkeypatc
 
 
 def test_auto_dtype_is_float32_on_a_cpu_without_fast_bf16(target_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(cpu, "cpu_has_int8_dot", lambda: False)
+    monkeypatch.setattr(cpu, "cpu_has_fast_bf16", lambda: False)
     cmd = VLLMServer(target_dir, log_dir=tmp_path).command()
     assert cmd[cmd.index("--dtype") + 1] == "float32"
-    cmd = VLLMServer(target_dir, log_dir=tmp_path, dtype="bfloat16").command()
+    cmd = VLLMServer(target_dir, log_dir=tmp_path, dtype="bf16").command()
     assert cmd[cmd.index("--dtype") + 1] == "bfloat16"  # an explicit choice is kept
-    monkeypatch.setattr(serving, "cpu_has_fast_bf16", lambda: True)
+    monkeypatch.setattr(cpu, "cpu_has_fast_bf16", lambda: True)
     cmd = VLLMServer(target_dir, log_dir=tmp_path).command()
-    assert cmd[cmd.index("--dtype") + 1] == "auto"
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    assert cmd[cmd.index("--model") + 1] == str(target_dir.resolve())  # not int8: no copy
 

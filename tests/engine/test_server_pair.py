@@ -4,7 +4,7 @@ both servers at once (one server at a time), and the path it takes when it can (
 from __future__ import annotations
 
 from specdec_helpers.demo import ServerPair
-from specdec_helpers.engine.serving import draft_model_config
+from specdec_helpers.engine.spec_config import draft_model_config
 from specdec_helpers.measure.prompts import load_prompt_sets, select
 
 

@@ -26,7 +26,8 @@ MEASURE = """
 import json, os, requests
 from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
-from specdec_helpers.engine.serving import VLLMServer, ngram_config
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.spec_config import ngram_config
 from specdec_helpers.measure.prompts import load_prompt_sets, select
 from specdec_helpers.measure.requests import measure_prompts, measure_request
 

@@ -102,6 +102,3 @@ def test_07_times_decode_steps_with_the_window_of_06():
     exec(compile(ast.Module([func], []), "07", "exec"), namespace)
     assert namespace["steady_state_window"](arrivals) == six(arrivals) == (0.5, 2.5)
 
-
-def test_00_self_draft_safety():
-    assert notebook_names("00_setup_check.ipynb", "SELF_DRAFT_SAFETY")["SELF_DRAFT_SAFETY"] == 0.75

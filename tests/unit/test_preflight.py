@@ -153,14 +153,16 @@ def test_two_servers_cannot_share_more_than_the_card():
 
 def test_cpu_kv_cache_too_small_names_largest_max_model_len(target_dir):
     config = json.loads((target_dir / "config.json").read_text())
-    dtype_bytes = 4 if str(config.get("dtype", config.get("torch_dtype"))) == "float32" else 2
+    from specdec_helpers.engine.cpu import cpu_serving_dtype
+
+    dtype_bytes = 4 if cpu_serving_dtype("auto") == "float32" else 2  # the KV cache is in the served dtype
     per_token = (2 * config["num_hidden_layers"] * config["num_key_value_heads"]
                  * (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]) * dtype_bytes)
-    space = 0.05 * 2**30
+    space = 0.02 * 2**30
     largest = int(space // per_token) // 16 * 16
     assert largest < 2048
     with pytest.raises(preflight.PreflightError) as info:
-        run(prompts=[[1] * 10], cpu_kv_cache_gib=0.05)
+        run(prompts=[[1] * 10], cpu_kv_cache_gib=0.02)
     message = str(info.value)
     assert f"The largest max_model_len that fits is {largest:,}" in message
     assert f"cpu_kv_cache_gib to at least {math.ceil(per_token * 2048 / 2**30)}" in message

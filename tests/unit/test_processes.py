@@ -8,8 +8,9 @@ import time
 import pytest
 from conftest import our_children
 
-from specdec_helpers.engine import serving
-from specdec_helpers.engine.serving import ServerError, VLLMServer, check_python
+from specdec_helpers.engine import cpu, serving
+from specdec_helpers.engine.install import InstallError, check_python
+from specdec_helpers.engine.serving import ServerError, VLLMServer
 
 
 def test_missing_model_directory_fails_before_starting_anything(tmp_path):
@@ -20,7 +21,7 @@ def test_missing_model_directory_fails_before_starting_anything(tmp_path):
 
 
 def test_old_python_is_refused_with_the_requirement():
-    with pytest.raises(ServerError, match=r"Python >= 3\.11.*3\.10\.12"):
+    with pytest.raises(InstallError, match=r"Python >= 3\.11.*3\.10\.12"):
         check_python((3, 10, 12))
     check_python((3, 11, 0))
 
@@ -33,7 +34,7 @@ def test_core_halves_come_from_the_cores_this_process_may_use(monkeypatch):
     assert demo.split_cores(2) == ["2-3", "6-7"]
     monkeypatch.setattr(demo, "usable_core_ids", lambda: [5])
     assert demo.split_cores(2) == ["5", "5"]  # one core: shared, so the pair is not "own cores"
-    assert serving.cores_spec([0, 2, 5]) == "0,2,5" and serving.cores_spec([4]) == "4"
+    assert cpu.cores_spec([0, 2, 5]) == "0,2,5" and cpu.cores_spec([4]) == "4"
 
 
 def test_test_workers_get_disjoint_cores():

@@ -8,7 +8,9 @@ import os
 import pytest
 
 from specdec_helpers.engine import pool
-from specdec_helpers.engine.serving import VLLMServer, draft_model_config, ngram_config, served_weight_bytes
+from specdec_helpers.engine.cpu import served_weight_bytes
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.spec_config import draft_model_config, ngram_config
 from tools import profiles
 from tools.run_series import notebook_parameters
 
@@ -87,3 +89,40 @@ def test_a_malformed_per_notebook_section_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(profiles, "PARAMS_DIR", tmp_path)
     with pytest.raises(profiles.ProfileError, match="per_notebook must map"):
         profiles.load_profile("bad")
+
+
+def test_variables_that_importing_vllm_sets_do_not_make_another_server(tmp_path, monkeypatch):
+    """A notebook that imported vLLM (for its version, its plugin) has TORCHINDUCTOR_* set; one that did not,
+    not: the same flags must still be the same server (an eager server never reads them)."""
+    model = _model(tmp_path)
+    before = VLLMServer(model, log_dir=tmp_path).pool_key()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_root")
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    assert VLLMServer(model, log_dir=tmp_path).pool_key() == before
+
+
+@pytest.mark.parametrize("int8_dot, fast_bf16, expected", [
+    (True, True, "int8"), (True, False, "int8"), (False, True, "bf16"), (False, False, "float32")])
+def test_auto_serves_int8_with_vnni_else_bf16_where_native_else_float32(monkeypatch, int8_dot, fast_bf16, expected):
+    from specdec_helpers.engine import cpu
+
+    monkeypatch.setattr(cpu, "cpu_has_int8_dot", lambda: int8_dot)
+    monkeypatch.setattr(cpu, "cpu_has_fast_bf16", lambda: fast_bf16)
+    assert cpu.cpu_serving_format("auto") == expected
+    # int8's activations (and everything not quantized) in bf16 only where the CPU multiplies bf16 natively
+    assert cpu.cpu_serving_dtype("int8") == ("bfloat16" if fast_bf16 else "float32")
+    assert cpu.cpu_serving_format("float32") == "float32" and cpu.cpu_serving_format("bfloat16") == "bf16"
+
+
+def test_an_unknown_format_is_refused_with_the_choices(tmp_path):
+    from specdec_helpers.engine.serving import ServerError
+
+    with pytest.raises(ServerError, match="auto, float32, bf16, int8"):
+        VLLMServer(_model(tmp_path), log_dir=tmp_path, dtype="int4")
+
+
+def test_an_int8_checkpoint_counts_its_bytes_as_they_are(tmp_path):
+    model = _model(tmp_path, size=1000)
+    config = {"torch_dtype": "bfloat16", "quantization_config": {"format": "int-quantized"}}
+    (model / "config.json").write_text(json.dumps(config))
+    assert served_weight_bytes(model, "float32") == 1000

