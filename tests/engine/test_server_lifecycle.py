@@ -17,6 +17,7 @@ from specdec_helpers.engine.serving import (
     ServerStartError,
     VLLMServer,
 )
+from specdec_helpers.models.quantize import int8_path
 
 
 def test_missing_draft_directory_is_named(target_dir, tmp_path):
@@ -61,12 +62,17 @@ def test_command_isolates_the_server_and_carries_request_defaults(target_dir, tm
     # relative paths must survive the server's own working folder (its log folder)
     monkeypatch.chdir(target_dir.parent)
     spec = {"method": "draft_model", "model": target_dir.name, "num_speculative_tokens": 2}
-    server = VLLMServer(target_dir.name, log_dir=tmp_path, speculative_config=spec,
+    server = VLLMServer(target_dir.name, log_dir=tmp_path, speculative_config=spec, dtype="float32",
                         chat_template_kwargs={"enable_thinking": False})
     cmd = server.command()
     assert cmd[1:4] == ["-P", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--model") + 1] == os.path.abspath(target_dir)
     assert json.loads(cmd[cmd.index("--speculative-config") + 1])["model"] == os.path.abspath(target_dir)
+    # served as int8, both name the absolute path of their int8 copy (built at start, not here)
+    int8 = VLLMServer(target_dir.name, log_dir=tmp_path, speculative_config=spec, dtype="int8").command()
+    copy = str(int8_path(os.path.abspath(target_dir)))
+    assert int8[int8.index("--model") + 1] == copy and copy.endswith("-w8a8") and os.path.isabs(copy)
+    assert json.loads(int8[int8.index("--speculative-config") + 1])["model"] == copy
     assert json.loads(cmd[cmd.index("--default-chat-template-kwargs") + 1]) == {"enable_thinking": False}
     assert server.environment()["PYTHONSAFEPATH"] == "1"
     assert "--default-chat-template-kwargs" not in VLLMServer(target_dir, log_dir=tmp_path).command()
