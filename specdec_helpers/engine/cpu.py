@@ -67,7 +67,7 @@ def _x86() -> bool:
 
 #: what a CPU server can be served as (``served_format`` in the profiles); "auto": :func:`cpu_serving_format`
 CPU_FORMATS = ("auto", "float32", "bf16", "int8")
-_DTYPE_OF_FORMAT = {"float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+_DTYPE_OF_FORMAT = {"float32": "float32", "bf16": "bfloat16"}
 
 
 def cpu_serving_format(requested: str = "auto") -> str:
