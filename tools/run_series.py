@@ -60,6 +60,21 @@ def find_notebooks(selection: list[str] | None = None) -> list[Path]:
     return found
 
 
+def uses_shared_servers(notebook: Path) -> bool:
+    """False for a notebook whose metadata says every server it starts is its own (``shared=False``): 01
+    checks its loop against a float32 server, a configuration no other notebook asks for."""
+    meta = json.loads(notebook.read_text()).get("metadata", {}).get("specdec", {})
+    return bool(meta.get("shared_servers", True))
+
+
+def execution_order(notebooks: list[Path]) -> list[Path]:
+    """The order ``make run`` executes them in: notebooks with only servers of their own first (they would
+    otherwise stop the idle shared servers to make room, and the next notebooks would start those again),
+    then the others in their order. Every notebook stands alone, so the order changes no result."""
+    return ([n for n in notebooks if not uses_shared_servers(n)] +
+            [n for n in notebooks if uses_shared_servers(n)])
+
+
 def notebook_parameters(notebook: Path, params: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The subset of ``params`` the notebook declares in its parameters cell (with the profile's
     ``per_notebook`` values for it), plus run_dir."""
@@ -137,7 +152,8 @@ img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 <h1>Is speculative decoding worth it?</h1>
 <p>Run <code>{{ name }}</code>, profile <b>{{ profile }}</b>, started
 {{ name[:15] }}. Parameters: <code>{{ params }}</code></p>
-{% if servers %}<p>vLLM servers: {{ servers.starts }} started ({{ servers.startup_s }} s of start-up),
+{% if servers %}<p>vLLM servers: {{ servers.starts }} started ({{ servers.shared_starts }} shared by the notebooks,
+{{ servers.own_starts }} a notebook's own; {{ servers.startup_s }} s of start-up),
 {{ servers.reuses }} reused by a later notebook; <a href="servers.json">servers.json</a> lists each.</p>{% endif %}
 {% if results %}<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>{% endif %}
 {% for run in runs -%}
@@ -253,13 +269,20 @@ def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
     try:
         if pool:
             os.environ.update(pool.environment())  # papermill's kernels inherit it
-        for notebook in notebooks:
+        ordered = execution_order(notebooks) if pool else list(notebooks)
+        if ordered != list(notebooks):
+            first = [n.stem for n in ordered if not uses_shared_servers(n)]
+            print(f"running {', '.join(first)} first: it starts only servers of its own, which need the memory "
+                  "the shared servers would hold (the report keeps the notebooks' order)", flush=True)
+        for notebook in ordered:
             print(f"executing {notebook.name} ...", flush=True)
             os.environ[NOTEBOOK_ENV] = notebook.stem
             run = execute(notebook, params, run_dir)
             error = f": {run.error[:300]}" if run.error else ""
             print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s{error}")
             runs.append(run)
+        position = {n.stem: i for i, n in enumerate(notebooks)}
+        runs.sort(key=lambda r: position.get(r.name, len(position)))
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous_sigterm)
@@ -270,7 +293,8 @@ def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
             pool.stop_all()  # (and if this failed, each server's guard stops it once this process exits)
             summary = pool.summary()
             (run_dir / "servers.json").write_text(json.dumps({**summary, "events": pool.events()}, indent=1))
-            print(f"vLLM servers: {summary['starts']} started ({summary['startup_s']:.0f} s of start-up), "
+            print(f"vLLM servers: {summary['starts']} started ({summary['shared_starts']} shared, "
+                  f"{summary['own_starts']} a notebook's own; {summary['startup_s']:.0f} s of start-up), "
                   f"{summary['reuses']} reused")
     return runs, summary
 

@@ -40,8 +40,7 @@ def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, re
         warm_up(server)
         results = measure_prompts([server], prompts, temperature=temperature, repeats=repeats,
                                   max_tokens=max_tokens, provenance=provenance)
-        itl = phases.itl_by_position(server, output_tokens=32, repeats=2)
-        step_s = float(itl["itl_s"].median())
+        step_s = decode_step_seconds(server)
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks))
     summary = phases.summarize_verify_cost(table)
     verify = theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()})
@@ -51,9 +50,10 @@ def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, re
 def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, baseline: Baseline, *, k: int,
                       max_tokens: int, repeats: int, temperature: float, provenance: dict,
                       server_options: dict[str, Any], max_k: int, draft_sample_method: str | None = None,
-                      measure_cost: bool = True) -> tuple[pd.DataFrame, dict]:
+                      measure_cost: bool = True, draft_step: "DraftStep | None" = None) -> tuple[pd.DataFrame, dict]:
     """Run the candidate's speculative server on the baseline's prompts; return its rows and a summary.
-    c = the draft's decode step time / the target's, each on its own server (0 for n-gram lookup)."""
+    c = the draft's decode step time / the target's, each on its own server (0 for n-gram lookup);
+    ``draft_step`` is the draft's step when the notebook timed it already (:func:`draft_step_seconds`)."""
     draft_dir = None if candidate == NGRAM else resolve_model(candidate)
     config = ngram_config(k, 4) if draft_dir is None else draft_model_config(draft_dir, k, draft_sample_method)
     with VLLMServer(target_dir, name=candidate, speculative_config=config, **server_options) as server:
@@ -65,9 +65,43 @@ def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, basel
     elif draft_dir is None or Path(draft_dir).resolve() == Path(target_dir).resolve():
         c = 0.0 if draft_dir is None else 1.0
     else:
-        with VLLMServer(draft_dir, name="draft-alone", **server_options) as server:
-            c = float(phases.itl_by_position(server, output_tokens=32, repeats=2)["itl_s"].median()) / baseline.step_s
+        c = (draft_step or draft_step_seconds(draft_dir, server_options)).step_s / baseline.step_s
     return rows, summarize_candidate(candidate, rows, baseline, k=k, c=c, max_k=max_k)
+
+
+#: how a decode step is timed, for the target and the draft alike: the median inter-token latency of
+#: 2 requests of 32 tokens each (``phases.itl_by_position``); c is the ratio of two such medians
+STEP_METHOD = {"output_tokens": 32, "repeats": 2}
+
+
+def decode_step_seconds(server: VLLMServer) -> float:
+    """One decode step of one sequence on ``server``, timed by ``STEP_METHOD`` (the one method for c)."""
+    return float(phases.itl_by_position(server, **STEP_METHOD)["itl_s"].median())
+
+
+@dataclass
+class DraftStep:
+    step_s: float
+    source: str  # "measured here" or which notebook of this run measured it
+
+
+def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> DraftStep:
+    """The draft model's decode step, served alone (the numerator of c). Inside ``make run`` it is measured
+    once: a later notebook reads the first measurement instead of starting the same server again (the
+    machine, the server configuration and the method are the same; only the target's step, the denominator,
+    is timed again in each notebook, next to its own measurements)."""
+    from specdec_helpers.engine.pool import recall, remember
+
+    server = VLLMServer(draft_dir, name="draft-alone", **server_options)
+    key = f"draft-step:{server.pool_key()}:{STEP_METHOD['output_tokens']}x{STEP_METHOD['repeats']}"
+    earlier = recall(key)
+    if earlier is not None:
+        return DraftStep(earlier["step_s"], f"measured by {earlier['notebook']} earlier in this run")
+    with server:
+        warm_up(server)
+        step_s = decode_step_seconds(server)
+    remember(key, {"step_s": step_s})
+    return DraftStep(step_s, "measured here")
 
 
 def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, *, k: int, c: float, max_k: int,
@@ -116,3 +150,9 @@ def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int]
                           "predicted_speedup": theory.predicted_speedup_with_coverage(
                               summary["alpha_per_token"], k, summary["c"], verify, summary["coverage"])}
                          for k in ks])
+
+
+def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: dict[str, Any]) -> dict[str, DraftStep]:
+    """:func:`draft_step_seconds` for each draft model that is not the target itself (a self-draft has c = 1)."""
+    return {name: draft_step_seconds(path, server_options) for name, path in draft_dirs.items()
+            if Path(path).resolve() != Path(target_dir).resolve()}

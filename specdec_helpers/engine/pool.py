@@ -17,6 +17,11 @@ starts while a pool is open asks the ledger first:
 - leaving the ``with`` block hands the server back instead of stopping it. The pool's owner stops every
   server at the end of the run, after a failed notebook, and on Ctrl-C. Each server runs under a guard
   process (``pool_guard``) that stops it within a second when the owner dies, even by SIGKILL.
+- a notebook's own servers (``shared=False``: 00's bf16 references, 01's float32 check) are counted in the
+  ledger's starts too, so the run reports every server it started;
+- a measurement that depends only on one server configuration (the draft alone's decode step, for the cost
+  ratio c) is kept in the ledger (:meth:`ServerPool.remember`): a later notebook of the run reads it instead
+  of starting that server again, and says so.
 
 Without a pool (a notebook opened in JupyterLab), every server is the notebook's own, as before.
 """
@@ -153,14 +158,15 @@ class ServerPool:
     # -- the ledger ------------------------------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
-            return {"entries": {}, "events": []}
+            return {"entries": {}, "events": [], "measurements": {}}
         data = json.loads(self.path.read_text())
         known = {f.name for f in fields(Entry)}  # a ledger written by another version of this module still reads
         data["entries"] = {k: Entry(**{n: x for n, x in v.items() if n in known}) for k, v in data["entries"].items()}
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        out = {"entries": {k: asdict(e) for k, e in data["entries"].items()}, "events": data["events"]}
+        out = {"entries": {k: asdict(e) for k, e in data["entries"].items()}, "events": data["events"],
+               "measurements": data.get("measurements", {})}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(self.path)
@@ -199,6 +205,29 @@ class ServerPool:
             entry.last_used, entry.uses = time.time(), entry.uses + 1
             self._write(data)
         server._attach(entry, reused)
+
+    def note_own_start(self, server: VLLMServer) -> None:
+        """Count a notebook's own server (not shared) among the run's starts."""
+        with self.lock:
+            data = self._read()
+            entry = Entry(key=server.pool_key(), name=server.name, pgid=0, port=server.port or 0,
+                          log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1),
+                          started_by=os.environ.get(NOTEBOOK_ENV, ""))
+            self._event(data, "start-own", entry)
+            self._write(data)
+
+    def remember(self, key: str, value: dict[str, Any]) -> None:
+        """Keep ``value`` (JSON) for the rest of the run under ``key``, with the notebook that measured it."""
+        with self.lock:
+            data = self._read()
+            data.setdefault("measurements", {})[key] = {**value, "notebook": os.environ.get(NOTEBOOK_ENV, ""),
+                                                        "time": round(time.time(), 1)}
+            self._write(data)
+
+    def recall(self, key: str) -> dict[str, Any] | None:
+        """What an earlier notebook of this run measured under ``key`` (None when nothing was)."""
+        with self.lock:
+            return self._read().get("measurements", {}).get(key)
 
     def release(self, key: str) -> None:
         """Hand a server back: it stays up for the next notebook."""
@@ -271,13 +300,16 @@ class ServerPool:
         """Starts and reuses, in total and per notebook: what ``make run`` reports."""
         events = self.events()
         per_notebook: dict[str, dict[str, int]] = {}
+        started = ("start", "start-own")
         for event in events:
-            if event["event"] in ("start", "reuse"):
-                counts = per_notebook.setdefault(event["notebook"] or "-", {"start": 0, "reuse": 0})
-                counts[event["event"]] += 1
-        return {"starts": sum(e["event"] == "start" for e in events),
+            if event["event"] in (*started, "reuse"):
+                counts = per_notebook.setdefault(event["notebook"] or "-", {"start": 0, "own": 0, "reuse": 0})
+                counts[{"start-own": "own"}.get(event["event"], event["event"])] += 1
+        return {"starts": sum(e["event"] in started for e in events),
+                "shared_starts": sum(e["event"] == "start" for e in events),
+                "own_starts": sum(e["event"] == "start-own" for e in events),
                 "reuses": sum(e["event"] == "reuse" for e in events),
-                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] == "start"), 1),
+                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in started), 1),
                 "per_notebook": per_notebook}
 
     def environment(self) -> dict[str, str]:
@@ -298,6 +330,19 @@ def make_room(nbytes: int) -> int:
     Outside it there are none, and this does nothing."""
     pool = active_pool()
     return pool.make_room(int(nbytes)) if pool else 0
+
+
+def remember(key: str, value: dict[str, Any]) -> None:
+    """Inside ``make run``: keep a measurement for the run's later notebooks (see ServerPool.remember)."""
+    pool = active_pool()
+    if pool:
+        pool.remember(key, value)
+
+
+def recall(key: str) -> dict[str, Any] | None:
+    """Inside ``make run``: what an earlier notebook measured under ``key``; None outside it or when none did."""
+    pool = active_pool()
+    return pool.recall(key) if pool else None
 
 
 def _reset_prefix_cache(base_url: str) -> None:

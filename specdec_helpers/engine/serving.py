@@ -232,7 +232,10 @@ class VLLMServer:
             return self
         if pool is not None and self.install.platform == "cpu":  # a notebook's own server, inside a run
             pool.make_room(self.estimated_ram_bytes())
-        return self._launch()
+        self._launch()
+        if pool is not None:  # counted among the run's starts
+            pool.note_own_start(self)
+        return self
 
     def _launch(self, pool_owner: int | None = None) -> "VLLMServer":
         """Start the process: the notebook's own (dies with it), or under a pool's guard (dies with the run)."""
