@@ -185,7 +185,9 @@ class VLLMServer:
         if self.speculative_config:
             draft = self.speculative_config.get("model")
             config = self.speculative_config | ({"model": self.served_path(draft)} if draft else {})
-            cmd += ["--speculative-config", json.dumps(config)]
+            # each response then carries its own acceptance (metrics.speculative_decoding): steps, a histogram
+            # of drafts accepted per step and the per-step arrays, for requests that run side by side too
+            cmd += ["--speculative-config", json.dumps(config), "--per-request-spec-decode-metrics", "detailed"]
         if self.chat_template_kwargs:
             cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
         return cmd + list(self.extra_args)

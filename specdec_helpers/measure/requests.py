@@ -1,4 +1,6 @@
-"""Time streamed chat completions and attach vLLM's acceptance counters to each request.
+"""Time streamed chat completions and attach vLLM's acceptance to each request: the counter deltas of
+``/metrics`` around it, and the request's own ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics``),
+which a test checks against the deltas; the per-request numbers add the steps and the histogram of accepted drafts.
 
 A chunk can carry all the tokens one verify pass accepted, so the per-token number is (completion tokens
 - 1) / (end-to-end - TTFT), with the server's own count from ``usage``: honest for both servers. Rows
@@ -27,6 +29,7 @@ class StreamResult:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str | None
+    spec_metrics: dict | None = None  # the response's metrics.speculative_decoding (speculative servers)
 
     @property
     def decode_s(self) -> float:
@@ -53,11 +56,13 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
         seed=seed, stream=True, stream_options={"include_usage": True}, extra_body=extra_body or {})
     pieces: list[str] = []
     arrivals: list[float] = []
-    usage = finish_reason = None
+    usage = finish_reason = spec_metrics = None
     for chunk in stream:
         now = time.perf_counter()
         if chunk.usage is not None:
             usage = chunk.usage
+            # vLLM's own field on the final usage chunk: the client keeps it among the unknown fields
+            spec_metrics = ((chunk.model_extra or {}).get("metrics") or {}).get("speculative_decoding")
         for choice in chunk.choices:
             if choice.delta and choice.delta.content:
                 pieces.append(choice.delta.content)
@@ -70,7 +75,7 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
     first = arrivals[0] if arrivals else ended
     return StreamResult(text="".join(pieces), ttft_s=first - started, e2e_s=ended - started,
                         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                        finish_reason=finish_reason)
+                        finish_reason=finish_reason, spec_metrics=spec_metrics)
 
 
 @dataclass
@@ -86,6 +91,22 @@ def measure_request(server: VLLMServer, messages: Sequence[dict], **sampling: An
     before = read_spec_counters(server.base_url)
     result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
     return Measurement(result, read_spec_counters(server.base_url) - before)
+
+
+def per_request_columns(spec_metrics: dict | None) -> dict[str, Any]:
+    """The request's own acceptance as row columns (``pr_``: per request): verify steps, proposed and accepted
+    draft tokens, rate, mean acceptance length, steps that accepted nothing, and the histogram and per-step
+    list of accepted drafts (lists). Empty for a baseline request."""
+    if not spec_metrics:
+        return {}
+    histogram = list(spec_metrics.get("acceptance_histogram") or [])
+    return {"pr_steps": spec_metrics["num_spec_steps"], "pr_draft_tokens": spec_metrics["num_draft_tokens"],
+            "pr_accepted_tokens": spec_metrics["num_accepted_draft_tokens"],
+            "pr_acceptance_rate": (spec_metrics["num_accepted_draft_tokens"] / spec_metrics["num_draft_tokens"]
+                                   if spec_metrics["num_draft_tokens"] else float("nan")),
+            "pr_mean_acceptance_length": spec_metrics["mean_acceptance_length"],
+            "pr_zero_accept_steps": histogram[0] if histogram else 0,
+            "pr_histogram": histogram, "pr_per_step_accepted": list(spec_metrics.get("per_step_accepted") or [])}
 
 
 def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
@@ -118,6 +139,7 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                            "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
                            "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                            "finish_reason": r.finish_reason, "text": r.text}
-                    rows.append({**row, **(m.counters.as_dict() if spec else {}), **(provenance or {})})
+                    rows.append({**row, **(m.counters.as_dict() if spec else {}),
+                                 **per_request_columns(r.spec_metrics), **(provenance or {})})
                     bar.update()
     return pd.DataFrame(rows)

@@ -10,7 +10,7 @@ import requests
 from specdec_helpers.engine.vllm_cpu_fix import expand_batch_values
 from specdec_helpers.measure.metrics import parse_spec_counters, read_spec_counters
 from specdec_helpers.measure.prompts import load_prompt_sets, select
-from specdec_helpers.measure.requests import measure_request, stream_chat
+from specdec_helpers.measure.requests import measure_prompts, measure_request, stream_chat
 
 K = 4
 PROMPTS = select(load_prompt_sets(["structured"]), limit_per_class=3)
@@ -59,6 +59,25 @@ def test_sampling_with_speculation_is_accepted_and_readable(self_draft_server):
     assert accepted / proposed > 0.9
 
 
+def _assert_own_acceptance_equals_the_counter_deltas(server, min_steps: int) -> None:
+    """Each response's metrics.speculative_decoding against the /metrics deltas around the same request."""
+    rows = measure_prompts([server], PROMPTS, temperature=0.0, max_tokens=32, progress=False)
+    assert rows["pr_steps"].notna().all(), "a speculative response came without its own acceptance"
+    for row in rows.to_dict(orient="records"):
+        assert row["pr_steps"] == row["drafts"] and row["pr_draft_tokens"] == row["draft_tokens"], row["prompt_id"]
+        assert row["pr_accepted_tokens"] == row["accepted_tokens"], row["prompt_id"]
+        # the histogram and the per-step list describe the same steps
+        assert sum(row["pr_histogram"]) == row["pr_steps"] == len(row["pr_per_step_accepted"])
+        assert sum(row["pr_per_step_accepted"]) == row["pr_accepted_tokens"]
+        assert row["pr_zero_accept_steps"] == row["pr_per_step_accepted"].count(0)
+        assert len(row["pr_histogram"]) == K + 1
+    assert rows["pr_steps"].sum() >= min_steps
+
+
+def test_a_response_carries_its_own_acceptance_equal_to_the_counters_self_draft(self_draft_server):
+    _assert_own_acceptance_equals_the_counter_deltas(self_draft_server, min_steps=len(PROMPTS))
+
+
 @pytest.mark.parametrize("spec_fixture", ["self_draft_server", "ngram_server"])
 def test_greedy_speculation_is_token_identical_to_baseline(request, baseline_server, spec_fixture):
     spec_server = request.getfixturevalue(spec_fixture)
@@ -74,6 +93,11 @@ def test_ngram_acceptance_is_measured_and_below_self_draft(ngram_server):
     if m.counters.draft_tokens:  # prompt lookup proposes only when an n-gram matches
         assert 0.0 <= m.counters.acceptance_rate <= 1.0
         assert list(m.counters.per_position_rate) == sorted(m.counters.per_position_rate, reverse=True)
+
+
+def test_a_response_carries_its_own_acceptance_equal_to_the_counters_ngram(ngram_server):
+    # prompt lookup drafts only where an n-gram matches: steps without a proposal count in neither
+    _assert_own_acceptance_equals_the_counter_deltas(ngram_server, min_steps=0)
 
 
 def test_baseline_metrics_have_no_speculation(baseline_server):

@@ -198,6 +198,15 @@ def check_05(r: dict, run_dir: Path) -> None:
     assert r["demo_compared"].startswith("one after the other")
     same = r["greedy_identical"]
     assert same["compared"] == 4 and 0 <= same["identical"] <= 4  # lossless up to floating point
+    # each response's own acceptance equals the counter deltas, and the per-request view is complete
+    assert r["per_request_matches_counters"] is True
+    assert {c: v["count"] for c, v in r["per_request_acceptance"].items()} == {"structured": 2, "creative": 2}
+    for v in r["per_request_acceptance"].values():
+        assert 0.0 <= v["min"] <= v["median"] <= v["max"] <= 1.0
+    assert set(r["zero_accept_step_share"]) == {"structured @ T=0", "structured @ T=1", "creative @ T=0",
+                                                "creative @ T=1"}
+    assert all(0.0 <= v <= 1.0 for v in r["zero_accept_step_share"].values())
+    assert (run_dir / "figures" / "05_per_request.png").exists()
     assert r["preflight_passed"] is True
     assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
                                                   "no reference for this notebook")
@@ -268,6 +277,20 @@ def check_07(r: dict, run_dir: Path) -> None:
         assert cell["predicted_if_v_high"] - 1e-4 <= cell["predicted_decode_speedup"] <= cell["predicted_if_v_low"] + 1e-4, cell
     assert r["prediction_within_tolerance_share"] == pytest.approx(
         sum(bool(c["within_tolerance"]) for c in cells) / len(cells))
+    # the speedup map: drawn with the measured c, each class placed at its measured alpha and k, and the map's
+    # value there is the very prediction compared with the measurement above
+    speedup_map = r["speedup_map"]
+    drafted = {c["class"]: c for c in cells if c["candidate"] == speedup_map["candidate"]}
+    assert {p["class"] for p in speedup_map["points"]} == set(drafted) == {"structured", "creative"}
+    for point in speedup_map["points"]:
+        cell = drafted[point["class"]]
+        assert point["map_speedup"] == pytest.approx(point["predicted_decode_speedup"], abs=1e-3)
+        assert point["map_speedup"] == pytest.approx(cell["predicted_decode_speedup"], abs=1e-3)
+        assert point["measured_decode_speedup"] == pytest.approx(cell["measured_decode_speedup"], abs=1e-3)
+        at_k = speedup_map["break_even_alpha"][str(int(point["k"]))]
+        if at_k is not None:  # on the break-even side the map says, for the map's own prediction
+            assert (point["map_speedup"] >= 1.0 - 1e-3) == (point["alpha_per_token"] >= at_k - 1e-3), point
+    assert (run_dir / "figures" / "07_speedup_map.png").exists()
     verdict = r["verdict"]
     assert isinstance(verdict["enable"], bool) and verdict["expected_gain"] > 0
     # a verdict per class too: a mixed workload can be "no" as a whole and "yes" for one class
