@@ -67,22 +67,31 @@ def _apply_stat(stat: Callable, samples: np.ndarray) -> np.ndarray:
     return np.array([float(stat(row)) for row in samples])
 
 
+#: the fewest prompts (or requests) a 95% interval of a per-prompt claim is computed from. Below it a bootstrap is
+#: not an interval: resampling n values can only return values between the sample's own min and max (with 2
+#: values, exactly them), so it covers the true median far less often than 95%; the notebooks then print the
+#: range of the n values and draw no verdict from it. Timings of repeated engine rounds (v(k)) are not prompts
+#: and keep the bootstrap's own minimum of 2.
+MIN_VALUES_FOR_INTERVAL = 8
+
+
 def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resamples: int = 2000,
-                 confidence: float = 0.95, seed: int | None = 0) -> tuple[float, float, float]:
+                 confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
     """``(point, low, high)``: ``stat(values)`` with a percentile-bootstrap interval (no normality assumption: skewed
-    timings). Too narrow with very few values, so a rough guide; NaN with fewer than 2 (NaNs dropped)."""
+    timings). NaN interval with fewer than ``min_n`` values (NaNs dropped; at least 2); per-prompt claims pass
+    ``MIN_VALUES_FOR_INTERVAL``."""
     _check_confidence(confidence)
     if int(n_resamples) < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
     arr = _as_clean_array(values)
     point = float(stat(arr))
-    if arr.size < 2:
+    if arr.size < max(2, int(min_n)):
         return point, math.nan, math.nan
     return _interval(point, _apply_stat(stat, arr[_resample_indices(arr.size, n_resamples, seed)]), confidence)
 
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float], n_resamples: int = 2000,
-                       confidence: float = 0.95, seed: int | None = 0) -> tuple[float, float, float]:
+                       confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
     """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``. vLLM's acceptance rate is
     pooled, so the interval resamples *requests* (pairs together) and recomputes the pooled ratio: a mean of
     per-request rates would weigh a 3-draft answer like a 30-draft one. Resamples with a zero denominator and
@@ -98,7 +107,7 @@ def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float
         raise ValueError("a pooled ratio needs non-negative counts")
     total = den.sum()
     point = float(num.sum() / total) if total > 0 else math.nan
-    if num.size < 2 or not total > 0:
+    if num.size < max(2, int(min_n)) or not total > 0:
         return point, math.nan, math.nan
     idx = _resample_indices(num.size, n_resamples, seed)
     sums_den = den[idx].sum(axis=1)

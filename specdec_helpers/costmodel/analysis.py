@@ -12,7 +12,7 @@ import pandas as pd
 
 from specdec_helpers.costmodel import theory
 from specdec_helpers.measure.metrics import pooled_acceptance
-from specdec_helpers.stats import bootstrap_ci, bootstrap_ratio_ci
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci, bootstrap_ratio_ci
 
 
 def add_time_per_token(results: pd.DataFrame) -> pd.DataFrame:
@@ -22,7 +22,7 @@ def add_time_per_token(results: pd.DataFrame) -> pd.DataFrame:
 
 def pooled_acceptance_ci(rows: pd.DataFrame, seed: int = 0) -> tuple[float, float, float]:
     """Pooled acceptance rate with a 95% bootstrap interval over requests of that same ratio: (point, low, high)."""
-    return bootstrap_ratio_ci(rows["accepted_tokens"], rows["draft_tokens"], seed=seed)
+    return bootstrap_ratio_ci(rows["accepted_tokens"], rows["draft_tokens"], seed=seed, min_n=MIN_VALUES_FOR_INTERVAL)
 
 
 def per_position(rows: pd.DataFrame) -> list[float]:
@@ -43,14 +43,16 @@ def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "b
 
 def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperature"),
                  baseline: str = "baseline", seed: int = 0) -> pd.DataFrame:
-    """One row per server and cell: acceptance (pooled, with a CI), decode speed, and speedup (with a CI)."""
+    """One row per server and cell: acceptance (pooled, with a CI), decode speed, and speedup (with a CI); the
+    intervals are NaN where the cell has fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` requests, and the
+    speedup's range over them is given instead (``speedup_min``, ``speedup_max``)."""
     joined = paired(add_time_per_token(results), ["s_per_token", "decode_tokens_per_s"], baseline)
     rows = []
     for key, cell in joined.groupby(["server", *by], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         speedup = cell["baseline_s_per_token"] / cell["s_per_token"]
         decode_speedup = cell["decode_tokens_per_s"] / cell["baseline_decode_tokens_per_s"]
-        point, lo, hi = bootstrap_ci(speedup, np.median, seed=seed)
+        point, lo, hi = bootstrap_ci(speedup, np.median, seed=seed, min_n=MIN_VALUES_FOR_INTERVAL)
         pooled = pooled_acceptance(cell)
         _, acc_lo, acc_hi = pooled_acceptance_ci(cell, seed=seed)
         k = int(cell["num_speculative_tokens"].max()) if "num_speculative_tokens" in cell else 0
@@ -60,7 +62,8 @@ def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperatu
                          baseline_decode_tokens_per_s=float(cell["baseline_decode_tokens_per_s"].median()),
                          decode_tokens_per_s=float(cell["decode_tokens_per_s"].median()),
                          decode_speedup=float(decode_speedup.median()),
-                         speedup=point, speedup_ci_low=lo, speedup_ci_high=hi))
+                         speedup=point, speedup_ci_low=lo, speedup_ci_high=hi,
+                         speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
     return pd.DataFrame(rows)
 
 

@@ -20,7 +20,7 @@ from specdec_helpers.measure import phases
 from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.measure.requests import measure_prompts, warm_up
 from specdec_helpers.models.resolve import resolve_model
-from specdec_helpers.stats import bootstrap_ci
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci
 
 
 @dataclass
@@ -119,7 +119,8 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     alpha_token = 0.0 if math.isnan(alpha_token) else alpha_token  # no drafts: none accepted
     pairs = analysis.paired(both, ["decode_tokens_per_s", "s_per_token"], baseline="baseline")
     decode_ratio = (pairs["decode_tokens_per_s"] / pairs["baseline_decode_tokens_per_s"]).dropna()
-    point, lo, hi = bootstrap_ci(pairs["baseline_s_per_token"] / pairs["s_per_token"], np.median)
+    ratios = (pairs["baseline_s_per_token"] / pairs["s_per_token"]).dropna()
+    point, lo, hi = bootstrap_ci(ratios, np.median, min_n=MIN_VALUES_FOR_INTERVAL)
     coverage = draft_coverage(spec)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c, baseline.verify, coverage)
                  if np.isfinite(c) else float("nan"))
@@ -131,7 +132,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "alpha_per_token": alpha_token, "c": c, "coverage": coverage,
             "verify_cost_k_plus_1": baseline.verify(k + 1), "predicted_decode_speedup": predicted,
             "measured_decode_speedup": float(decode_ratio.median()) if len(decode_ratio) else float("nan"),
-            "measured_speedup": point, "speedup_ci_low": lo, "speedup_ci_high": hi,
+            "measured_speedup": point, "speedup_ci_low": lo, "speedup_ci_high": hi, "n_pairs": int(len(ratios)),
+            "speedup_min": float(ratios.min()) if len(ratios) else float("nan"),
+            "speedup_max": float(ratios.max()) if len(ratios) else float("nan"),
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
 
 

@@ -13,6 +13,43 @@ from typing import Any, Callable
 #: rule(speedup_ci_low, predicted_at_concurrency, fits) -> enable?
 Rule = Callable[[float, float, bool], bool]
 
+#: a gain smaller than this is not worth a second model, its memory and its start-up (notebooks take it as
+#: their ``min_gain`` parameter)
+MIN_GAIN = 0.05
+FASTER, SMALL_GAIN, NOT_DISTINGUISHABLE, SLOWER = ("faster", "faster, but by less than min_gain",
+                                                  "not distinguishable from 1x", "slower")
+
+
+def speedup_reading(point: float, low: float, high: float, n: int, min_gain: float = MIN_GAIN) -> str:
+    """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words.
+    Notebook 04 shows it; 05 and 07 apply it. Only FASTER means "enable it".
+
+    - no interval (fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` prompts): no verdict, only the range;
+    - the whole interval above 1 + min_gain: FASTER;
+    - the whole interval below 1: SLOWER;
+    - above 1 but not by min_gain: SMALL_GAIN (real, yet not worth a second model);
+    - otherwise the run cannot tell it from 1x: NOT_DISTINGUISHABLE."""
+    from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
+
+    if not math.isfinite(point):
+        return "not measured"
+    if n < MIN_VALUES_FOR_INTERVAL or not (math.isfinite(low) and math.isfinite(high)):
+        return f"no verdict: {n} prompt(s), an interval needs {MIN_VALUES_FOR_INTERVAL}"
+    if low > 1.0 + min_gain:
+        return FASTER
+    if high < 1.0:
+        return SLOWER
+    if low > 1.0:
+        return SMALL_GAIN
+    return NOT_DISTINGUISHABLE
+
+
+def interval_text(point: float, low: float, high: float, n: int, lowest: float, highest: float) -> str:
+    """How a speedup is written: with its 95% interval where there is one, else as the range of its n values."""
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{point:.2f}x (95% interval {low:.2f}-{high:.2f}, {n} prompts)"
+    return f"{point:.2f}x (range of {n} prompt(s): {lowest:.2f}-{highest:.2f}; too few for an interval)"
+
 
 @dataclass
 class Verdict:
@@ -45,8 +82,11 @@ def decide(best: dict[str, Any], *, rule: Rule, min_gain: float, by_class: dict[
     gain, low = best["measured_speedup"], best["speedup_ci_low"]
     fits = memory.get("fits", True) if memory else True
     clear_gain = bool(rule(low, math.inf, True))  # each condition alone: the others set to pass
-    reasons = [f"Measured end-to-end speedup {gain:.2f}x (95% interval {low:.2f}-{best['speedup_ci_high']:.2f}); "
-               + ("clearly above 1." if clear_gain else f"not clearly above 1 + {min_gain:.0%}.")]
+    measured = interval_text(gain, low, best["speedup_ci_high"], best.get("n_pairs", 0),
+                             best.get("speedup_min", math.nan), best.get("speedup_max", math.nan))
+    reasons = [f"Measured end-to-end speedup {measured}; "
+               + ("clearly above 1." if clear_gain else
+                  f"not clearly above 1 + {min_gain:.0%}." if math.isfinite(low) else "so no verdict from it.")]
     coverage = best.get("coverage", 1.0)
     coverage_text = (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
                      if coverage == coverage and coverage < 0.995 else "")

@@ -41,10 +41,13 @@ def test_ratio_ci_edge_cases():
 
 
 def test_pooled_acceptance_ci_matches_pooled_acceptance():
-    rows = _rows([10, 2, 7, 0], [12, 8, 8, 4])
+    rows = _rows([10, 2, 7, 0, 9, 3, 6, 1], [12, 8, 8, 4, 12, 8, 8, 4])
     point, lo, hi = analysis.pooled_acceptance_ci(rows)
-    assert point == pytest.approx(pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(19 / 32)
+    assert point == pytest.approx(pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(38 / 64)
     assert lo <= point <= hi
+    # four requests: the pooled rate, but no interval (stats.MIN_VALUES_FOR_INTERVAL)
+    point, lo, hi = analysis.pooled_acceptance_ci(rows.iloc[:4])
+    assert point == pytest.approx(19 / 32) and math.isnan(lo) and math.isnan(hi)
 
 
 def _results():

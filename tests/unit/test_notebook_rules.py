@@ -19,6 +19,9 @@ def notebook_names(notebook: str, *names: str) -> dict:
     constants), in a namespace holding numpy and math; return that namespace."""
     nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
     namespace: dict = {"np": np, "math": math}
+    for cell in nb.cells:  # the parameters first: a rule may read one (07's MIN_GAIN is its min_gain)
+        if "parameters" in cell.metadata.get("tags", []):
+            exec(compile(cell.source, notebook, "exec"), namespace)
     found = set()
     for cell in nb.cells:
         if cell.cell_type != "code" or not any(name in cell.source for name in names):
@@ -35,12 +38,36 @@ def notebook_names(notebook: str, *names: str) -> dict:
     return namespace
 
 
-@pytest.mark.parametrize("point, lo, hi, reading", [
-    (1.4, 1.2, 1.5, "faster"), (0.8, 0.7, 0.9, "slower"), (1.1, 0.9, 1.3, "not distinguishable from 1x"),
-    (1.2, float("nan"), float("nan"), "faster (one prompt, no interval)"), (float("nan"), 0, 0, "not measured")])
-def test_05_speedup_reading(point, lo, hi, reading):
-    rule = notebook_names("05_structured_vs_creative.ipynb", "speedup_reading")["speedup_reading"]
-    assert rule(point, lo, hi) == reading
+@pytest.mark.parametrize("point, lo, hi, n, reading", [
+    (1.4, 1.2, 1.5, 8, "faster"), (0.8, 0.7, 0.9, 8, "slower"), (1.1, 0.9, 1.3, 12, "not distinguishable from 1x"),
+    (1.08, 1.02, 1.12, 8, "faster, but by less than min_gain"),
+    (1.6, 1.3, 1.9, 4, "no verdict: 4 prompt(s), an interval needs 8"),        # too few: never "faster"
+    (1.2, float("nan"), float("nan"), 1, "no verdict: 1 prompt(s), an interval needs 8"),
+    (float("nan"), 0, 0, 8, "not measured")])
+def test_the_series_verdict_rule(point, lo, hi, n, reading):
+    from specdec_helpers.costmodel.verdict import speedup_reading
+
+    assert speedup_reading(point, lo, hi, n, min_gain=0.05) == reading
+
+
+def test_05_and_04_apply_the_series_rule_with_their_min_gain_parameter():
+    for notebook in ("04_choosing_a_draft.ipynb", "05_structured_vs_creative.ipynb", "07_is_it_worth_it.ipynb"):
+        nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        assert "min_gain: float = 0.05" in code, notebook
+        assert "def speedup_reading" not in code, f"{notebook} defines its own verdict rule again"
+    assert "speedup_reading(" in "\n".join(c.source for c in nbformat.read(
+        NOTEBOOKS / "05_structured_vs_creative.ipynb", as_version=4).cells)
+
+
+def test_no_interval_is_computed_from_fewer_than_eight_prompts():
+    from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci
+
+    assert MIN_VALUES_FOR_INTERVAL == 8
+    _, lo, hi = bootstrap_ci([1.1, 1.5, 1.3, 1.2, 1.4, 1.6, 1.35], min_n=MIN_VALUES_FOR_INTERVAL)
+    assert math.isnan(lo) and math.isnan(hi)
+    _, lo, hi = bootstrap_ci([1.1, 1.5, 1.3, 1.2, 1.4, 1.6, 1.35, 1.25], min_n=MIN_VALUES_FOR_INTERVAL)
+    assert 1.1 <= lo <= hi <= 1.6
 
 
 @pytest.mark.parametrize("low, predicted, fits, enable", [
