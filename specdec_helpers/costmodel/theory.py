@@ -196,3 +196,18 @@ def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: floa
     if predicted_speedup_with_coverage(1.0, g, cf, verify, f) < 1.0:
         return float("nan")
     return _first_reaching(lambda a: predicted_speedup_with_coverage(a, g, cf, verify, f), 1.0)
+
+
+def end_to_end_speedup(prefill_share: float, decode_speedup: float, prefill_cost: float = 0.0) -> float:
+    """End-to-end speedup of one request when speculation changes both of its phases: a baseline request
+    spends ``prefill_share`` p of its time in prefill; the speculative one prefills the prompt with the target
+    *and* the draft (``prefill_cost``: the draft's prefill over the target's, so TTFT grows by 1 + c_pre) and
+    decodes ``decode_speedup`` times faster: ``1 / (p * (1 + c_pre) + (1 - p) / s_decode)``. Why long prompts
+    lose: as p grows, the draft's extra prefill weighs more and the decode gain less."""
+    p = _number(prefill_share, "prefill_share must be a number", lambda x: 0.0 <= x <= 1.0,
+                "prefill_share must lie in [0, 1]")
+    s = _number(decode_speedup, "decode_speedup must be a number", lambda x: 0.0 < x < math.inf,
+                "decode_speedup must be positive")
+    cp = _number(prefill_cost, "prefill_cost must be a number", lambda x: -1.0 < x < math.inf,
+                 "prefill_cost must be above -1")
+    return 1.0 / (p * (1.0 + cp) + (1.0 - p) / s)

@@ -4,6 +4,7 @@ running without error is not enough."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -259,6 +260,33 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert all(v > 0 for v in cost["step_time_by_sequences"].values())
     assert set(map(int, r["predicted_speedup_by_concurrency"])) == set(levels)
     assert all(v > 0 for v in r["verify_cost_two_ways"].values())
+    # the draft's prefill: c_pre from the measured TTFT ratios, the model's prediction from the formula, and the
+    # method named best at the longest prompt is the one measured best there
+    from specdec_helpers.costmodel import theory
+
+    prefill = r["draft_prefill"]
+    assert set(prefill) == {"draft", "ngram"}
+    for server, p in prefill.items():
+        ratios = sorted(p["ttft_ratio"].values())
+        assert p["c_prefill"] == pytest.approx(ratios[len(ratios) // 2] - 1 if len(ratios) % 2 else
+                                               (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2 - 1, abs=2e-3)
+        speedups = r["context_speedups" if server == "draft" else "ngram_context_speedups"]
+        for n, predicted in p["predicted"].items():
+            row = speedups[n]
+            assert predicted == pytest.approx(theory.end_to_end_speedup(
+                row["prefill_share"], row["decode_speedup"], max(p["c_prefill"], -0.99)), abs=5e-3)
+            assert p["measured"][n] == pytest.approx(row["end_to_end_speedup"], abs=1e-3)
+    longest = str(max(int(n) for n in prefill["draft"]["measured"]))
+    best = max(("draft", "ngram"), key=lambda s_: prefill[s_]["measured"][longest])
+    assert r["best_method_at_longest_prompt"] == (best if prefill[best]["measured"][longest] > 1 else "none")
+    # the takeaways are generated: they name this run's crossover and its context speedups
+    takeaways = " ".join(r["takeaways"])
+    draft_ctx = {int(k): v for k, v in r["context_speedups"].items()}
+    went = re.search(r"went from ([0-9.]+)x at .* to ([0-9.]+)x at", takeaways)
+    assert went, takeaways
+    assert float(went.group(1)) == pytest.approx(draft_ctx[min(draft_ctx)]["end_to_end_speedup"], abs=0.006)
+    assert float(went.group(2)) == pytest.approx(draft_ctx[max(draft_ctx)]["end_to_end_speedup"], abs=0.006)
+    assert title.replace("Measured: ", "") in takeaways
     assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
                                                   "no reference for this notebook")
 

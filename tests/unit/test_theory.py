@@ -331,3 +331,15 @@ def test_concurrency_speedup_with_coverage_by_hand():
     # f=1 is the formula without coverage; f=0 is plain decoding
     assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1, coverage=1.0) == pytest.approx(2.198297872)
     assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 64, coverage=0.0) == pytest.approx(1.0)
+
+
+def test_end_to_end_speedup_weighs_the_drafts_prefill_by_the_prefill_share():
+    from specdec_helpers.costmodel.theory import end_to_end_speedup
+
+    assert end_to_end_speedup(0.0, 2.0, 0.5) == pytest.approx(2.0)  # no prefill: the decode speedup
+    assert end_to_end_speedup(1.0, 2.0, 0.5) == pytest.approx(1 / 1.5)  # all prefill: the draft's prefill only
+    assert end_to_end_speedup(0.5, 2.0, 0.0) == pytest.approx(1 / (0.5 + 0.25))
+    # the same decode gain turns into a loss as the prompt's share grows
+    assert end_to_end_speedup(0.2, 1.5, 0.4) > 1 > end_to_end_speedup(0.8, 1.5, 0.4)
+    with pytest.raises(ValueError, match="prefill_share"):
+        end_to_end_speedup(1.5, 2.0)
