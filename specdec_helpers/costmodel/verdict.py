@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
+
 #: rule(speedup_ci_low, predicted_at_concurrency, fits) -> enable?
 Rule = Callable[[float, float, bool], bool]
 
@@ -29,8 +31,6 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
     - the whole interval below 1: SLOWER;
     - above 1 but not by min_gain: SMALL_GAIN (real, yet not worth a second model);
     - otherwise the run cannot tell it from 1x: NOT_DISTINGUISHABLE."""
-    from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
-
     if not math.isfinite(point):
         return "not measured"
     if n < MIN_VALUES_FOR_INTERVAL or not (math.isfinite(low) and math.isfinite(high)):
