@@ -104,8 +104,73 @@ def machine_turn(exclusive: bool) -> Iterator[None]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    with machine_turn(exclusive=item.get_closest_marker("needs_the_machine") is not None):
+    exclusive = item.get_closest_marker("needs_the_machine") is not None
+    with machine_turn(exclusive=exclusive):
+        if exclusive:  # the notebook tier's idle shared servers give their memory back (they restart on demand)
+            stop_idle_series_servers()
         return (yield)
+
+
+# --- The notebook tier shares servers as `make run` does ------------------------------------------------
+#
+# Each notebook asks for the same few servers (the target alone, with its draft, the draft alone, n-gram
+# lookup); started per notebook they were 20 starts of about a minute each. The notebook tests therefore run
+# as one group on one worker, in `make run`'s order, inside one server pool (specdec_helpers.engine.pool),
+# which keeps a server up for the next notebook while memory allows: the pool leaves
+# SERIES_RESERVE_GIB free for the other worker's servers (two of the test model's, about 4.7 GB each),
+# a test that needs the machine stops its idle servers first, and the last notebook test stops them all.
+
+SERIES_GROUP = "notebook-series"
+SERIES_RESERVE_GIB = 9.5
+SERIES_POINTERS = RAM_LOCK.with_suffix(".pools")  # one file per worker holding its pool's folder
+
+
+def stop_idle_series_servers() -> int:
+    """Stop the idle servers of every worker's notebook pool on this machine."""
+    from specdec_helpers.engine.pool import ServerPool
+
+    stopped = 0
+    for pointer in SERIES_POINTERS.glob("*"):
+        folder = Path(pointer.read_text().strip())
+        if (folder / "ledger.json").exists():
+            stopped += ServerPool(folder, int(pointer.name)).stop_idle()
+    return stopped
+
+
+@pytest.fixture(scope="session")
+def series_pool(tmp_path_factory):
+    """The notebook tier's server pool (this worker owns it; its guards stop the servers if the worker dies)."""
+    from specdec_helpers.engine.pool import ServerPool
+
+    folder = tmp_path_factory.mktemp("series-pool")
+    pool = ServerPool(folder, os.getpid())
+    SERIES_POINTERS.mkdir(exist_ok=True)
+    pointer = SERIES_POINTERS / str(os.getpid())
+    pointer.write_text(str(folder))
+    _pools["series_pool"] = pool
+    try:
+        yield pool
+    finally:
+        _pools.pop("series_pool", None)
+        stop_series_pool(pool)
+        pointer.unlink(missing_ok=True)
+
+
+def stop_series_pool(pool) -> None:
+    """Stop every server of the pool, write what it did (servers.json beside its ledger), and fail if any
+    process of those servers survived."""
+    import json
+
+    from specdec_helpers.engine.pool import group_alive
+
+    groups = {e.pgid for e in pool.running()}
+    pool.stop_all()
+    (pool.folder / "servers.json").write_text(json.dumps(pool.summary(), indent=1))
+    left = sorted(g for g in groups if group_alive(g))
+    assert not left, f"process groups of the notebook tier's shared servers left running: {left}"
+
+
+_pools: dict = {}
 
 
 # --- Shared servers: started on first use, stopped right after their last test -------------------
@@ -134,6 +199,10 @@ def shared_servers_of(item: pytest.Item) -> set[str]:
     return names & set(SHARED_SERVERS)
 
 
+def uses_series_pool(item: pytest.Item) -> bool:
+    return "series_pool" in getattr(item, "fixturenames", ())
+
+
 TIERS = Path(__file__).parent
 
 
@@ -155,6 +224,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.notebook)
         if shared_servers_of(item) or item.get_closest_marker("needs_the_machine"):
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUP))
+        elif uses_series_pool(item):
+            item.add_marker(pytest.mark.xdist_group(SERIES_GROUP))
+    # the two long groups first, so that xdist hands one to each worker and the short tests fill in after
+    def rank(item: pytest.Item) -> int:
+        groups = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+        return 0 if SERIES_GROUP in groups else 1 if SHARED_GROUP in groups else 2
+    items.sort(key=rank)  # stable: each group keeps its order (the notebooks in make run's)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -177,7 +253,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 f"environment (`make test`), whose pytest is pinned below 9.2 (pytest-xdist issue #1386).")
     _tests_left.clear()
     for item in session.items:
-        for name in shared_servers_of(item):
+        for name in shared_servers_of(item) | ({"series_pool"} if uses_series_pool(item) else set()):
             _tests_left[name] = _tests_left.get(name, 0) + 1
 
 
@@ -204,6 +280,10 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         _tests_left[name] = _tests_left.get(name, 0) - 1
         if _tests_left[name] <= 0 and name in _running:
             _running.pop(name).stop()
+    if uses_series_pool(item):
+        _tests_left["series_pool"] = _tests_left.get("series_pool", 0) - 1
+        if _tests_left["series_pool"] <= 0 and "series_pool" in _pools:
+            stop_series_pool(_pools["series_pool"])  # the fixture's teardown (session end) finds nothing left
 
 
 def _serve(target_dir: Path, log_dir: Path, fixture: str, name: str, spec: dict | None):

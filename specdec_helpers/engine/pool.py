@@ -49,6 +49,9 @@ OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
 NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
 #: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
 MARGIN_BYTES = int(1.5 * 2**30)
+#: memory (GiB) the pool leaves free for others on the machine, beyond the margin: the test suite sets it for
+#: the other pytest worker's servers; ``make run`` has the machine to itself and leaves it unset (0)
+RESERVE_ENV = "SPECDEC_SERVER_POOL_RESERVE_GIB"
 #: environment variables that change what a server computes or how fast: part of its identity. Not TORCH*:
 #: importing vLLM in a kernel sets TORCHINDUCTOR_* (compile threads, cache folder), which an eager server never
 #: reads, and one notebook's baseline would not be the next one's
@@ -131,6 +134,11 @@ def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pgid, os.WNOHANG)
+
+
+def reserve_bytes() -> int:
+    """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset)."""
+    return int(float(os.environ.get(RESERVE_ENV) or 0) * 2**30)
 
 
 def _eviction_order(entry: Entry) -> tuple[int, float]:
@@ -259,7 +267,7 @@ class ServerPool:
         with self.lock:
             data = self._read()
             for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
-                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES:
+                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve_bytes():
                     break
                 _stop_entry(entry)
                 del data["entries"][entry.key]
@@ -271,7 +279,8 @@ class ServerPool:
     @staticmethod
     def _fits(data: dict[str, Any], server: VLLMServer) -> bool:
         if server.install.platform == "cpu":
-            return psutil.virtual_memory().available >= server.estimated_ram_bytes() + MARGIN_BYTES
+            need = server.estimated_ram_bytes() + MARGIN_BYTES + reserve_bytes()
+            return psutil.virtual_memory().available >= need
         return (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95
 
     # -- what the owner calls --------------------------------------------------------------------------
@@ -279,6 +288,18 @@ class ServerPool:
         """Memory of idle shared servers: a new start may take it (the preflight counts it as free)."""
         with self.lock:
             return sum(e.ram_bytes for e in self._read()["entries"].values() if e.idle() and e.alive())
+
+    def stop_idle(self) -> int:
+        """Stop every idle server (another program is about to need the memory). Returns how many."""
+        with self.lock:
+            data = self._read()
+            idle = [e for e in data["entries"].values() if e.idle()]
+            for entry in idle:
+                _stop_entry(entry)
+                del data["entries"][entry.key]
+                self._event(data, "stop", entry)
+            self._write(data)
+        return len(idle)
 
     def stop_all(self) -> None:
         """Stop every shared server (end of run, Ctrl-C); safe to call twice."""

@@ -4,6 +4,7 @@ running without error is not enough."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -13,7 +14,7 @@ import pytest
 from conftest import vllm_processes
 
 from tools.profiles import load_profile
-from tools.run_series import execute, find_notebooks
+from tools.run_series import execute, execution_order, find_notebooks
 
 
 def _missing(x) -> bool:
@@ -365,15 +366,24 @@ NOTEBOOKS = find_notebooks()
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("notebook", execution_order(NOTEBOOKS), ids=lambda p: p.stem)
+def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path, monkeypatch, series_pool):
+    """Run as ``make run`` runs it: in its order, its servers shared with the other notebooks of this session
+    (``series_pool``, tests/conftest.py). A notebook run alone (``-k 06``) starts what it needs itself."""
+    from conftest import SERIES_RESERVE_GIB
+
+    from specdec_helpers.engine.pool import NOTEBOOK_ENV, RESERVE_ENV
+
     assert notebook.stem in EXPECTATIONS, f"add expectations for {notebook.stem} to EXPECTATIONS"
     # The kernel, and every server it starts, inherit this mark: the check below then looks only
     # at this notebook's servers, not at other programs' vLLM processes on the same machine.
     mark = f"{notebook.stem}-{uuid.uuid4().hex}"
     monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
+    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: notebook.stem,
+                        RESERVE_ENV: str(SERIES_RESERVE_GIB)}.items():
+        monkeypatch.setenv(name, value)
     run = execute(notebook, load_profile("cpu-tiny", smoke=True), tmp_path)
-    _assert_no_server_survived(mark)
+    _assert_no_server_survived(mark, shared={e.pgid for e in series_pool.running()})
     assert run.ok, f"{notebook.name} failed: {run.error}\n(executed copy: {run.output})"
     assert run.records, f"{notebook.name} recorded nothing"
     EXPECTATIONS[notebook.stem](run.records, tmp_path)
@@ -386,11 +396,19 @@ def _carries(process, mark: str) -> bool:
         return False
 
 
-def _assert_no_server_survived(mark: str, grace_s: float = 30.0) -> None:
-    """vLLM processes started by the notebook's kernel must be gone once the kernel has shut down."""
+def _group(process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except OSError:
+        return None
+
+
+def _assert_no_server_survived(mark: str, shared: set[int] = frozenset(), grace_s: float = 30.0) -> None:
+    """vLLM processes the notebook's kernel started must be gone once the kernel has shut down, except the
+    pool's shared servers (each in its guard's process group, stopped by the pool)."""
     deadline = time.time() + grace_s
     while True:
-        left = [p for p in vllm_processes() if _carries(p, mark)]
+        left = [p for p in vllm_processes() if _carries(p, mark) and _group(p) not in shared]
         if not left or time.time() > deadline:
             break
         time.sleep(1)
