@@ -117,7 +117,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 # lookup); started per notebook they were 20 starts of about a minute each. The notebook tests therefore run
 # as one group on one worker, in `make run`'s order, inside one server pool (specdec_helpers.engine.pool),
 # which keeps a server up for the next notebook while memory allows: the pool leaves
-# SERIES_RESERVE_GIB free for the other worker's servers (two of the test model's, about 4.7 GB each),
+# SERIES_RESERVE_GIB free for the other worker's servers (two of the test model's, about 4.7 GB each; the
+# servers it has up already count against it),
 # a test that needs the machine stops its idle servers first, and the last notebook test stops them all.
 
 SERIES_GROUP = "notebook-series"

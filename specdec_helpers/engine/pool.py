@@ -136,9 +136,20 @@ def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
         os.waitpid(pgid, os.WNOHANG)
 
 
-def reserve_bytes() -> int:
-    """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset)."""
-    return int(float(os.environ.get(RESERVE_ENV) or 0) * 2**30)
+def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
+    """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset), less what vLLM servers outside this
+    pool hold already: the reserve is for the others' servers, and those already up are out of free memory."""
+    reserve = int(float(os.environ.get(RESERVE_ENV) or 0) * 2**30)
+    if not reserve:
+        return 0
+    held = 0
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if ("vllm.entrypoints" in cmd or (proc.info["name"] or "").startswith("VLLM::")) \
+                    and os.getpgid(proc.pid) not in own_groups:
+                held += proc.memory_full_info().pss
+    return max(reserve - held, 0)
 
 
 def _eviction_order(entry: Entry) -> tuple[int, float]:
@@ -267,7 +278,8 @@ class ServerPool:
         with self.lock:
             data = self._read()
             for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
-                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve_bytes():
+                own = {e.pgid for e in data["entries"].values()}
+                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve_bytes(own):
                     break
                 _stop_entry(entry)
                 del data["entries"][entry.key]
@@ -279,7 +291,7 @@ class ServerPool:
     @staticmethod
     def _fits(data: dict[str, Any], server: VLLMServer) -> bool:
         if server.install.platform == "cpu":
-            need = server.estimated_ram_bytes() + MARGIN_BYTES + reserve_bytes()
+            need = server.estimated_ram_bytes() + MARGIN_BYTES + reserve_bytes({e.pgid for e in data["entries"].values()})
             return psutil.virtual_memory().available >= need
         return (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95
 

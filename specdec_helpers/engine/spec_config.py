@@ -5,6 +5,7 @@ same command line in every notebook (a run's pool shares servers by command line
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 #: the candidate name of n-gram lookup (speculation without a draft model) in profiles and tables
@@ -18,13 +19,41 @@ def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) ->
 
 
 def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,
-                       draft_sample_method: str | None = None) -> dict[str, Any]:
+                       draft_sample_method: str | None = None,
+                       k_by_batch_size: Mapping[int, int] | None = None) -> dict[str, Any]:
     """Draft-model speculation: a smaller model with the target's tokenizer proposes tokens.
 
     ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
     "greedy" treats it as one-hot): more acceptance when sampling, more memory.
+    ``k_by_batch_size`` ({batch size: k}) lets the server draft fewer tokens, or none, when many requests
+    share a step (vLLM's ``num_speculative_tokens_per_batch_size``; see :func:`batch_size_schedule`).
     """
     # "greedy" is vLLM's default: left out, so the same server is the same command line (engine.pool)
     sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method not in (None, "greedy") else {}
+    schedule = ({"num_speculative_tokens_per_batch_size": batch_size_schedule(k_by_batch_size)}
+                if k_by_batch_size else {})
     return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens,
-            **sampling}
+            **sampling, **schedule}
+
+
+def batch_size_schedule(k_by_batch_size: Mapping[int, int]) -> list[list[int]]:
+    """``{1: 4, 2: 4, 3: 2, 4: 0}`` as vLLM takes it: inclusive ranges ``[[1, 2, 4], [3, 3, 2], [4, 4, 0]]``.
+
+    Why ranges: vLLM's scheduler looks the k up by the number of requests in each step; batch sizes past the
+    last range keep its k, so the largest size given sets the k for every larger batch."""
+    if not k_by_batch_size:
+        raise ValueError("the schedule needs a k for batch size 1 at least")
+    sizes = sorted(int(b) for b in k_by_batch_size)
+    if sizes[0] != 1 or sizes != list(range(1, sizes[-1] + 1)):
+        raise ValueError(f"give a k for every batch size from 1 to the largest ({sizes}): vLLM needs ranges "
+                         "that start at 1 and leave no gap")
+    if any(int(k) < 0 for k in k_by_batch_size.values()):
+        raise ValueError(f"k must be 0 (no speculation for that batch size) or more: {dict(k_by_batch_size)}")
+    ranges: list[list[int]] = []
+    for b in sizes:
+        k = int(k_by_batch_size[b])
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = b
+        else:
+            ranges.append([b, b, k])
+    return ranges

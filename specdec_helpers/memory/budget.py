@@ -272,9 +272,11 @@ def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kw
 
 def talk_setup(gpu: Union[str, GPUSpec] = "RTX PRO 6000 Blackwell", gpu_memory_utilization: float = 0.45,
                context_len: int = 8192, overhead_gb: float | None = None) -> dict[str, Budget]:
-    """The talk's demo: two servers (vLLM cannot switch speculation per request) on one 96 GB RTX PRO 6000
-    at 0.45 each: ``"baseline"`` Llama-3.1-8B-Instruct, and ``"speculative"`` with Llama-3.2-1B-Instruct,
-    which pays for the draft's weights and KV cache out of the same 43.2 GB."""
+    """The talk's demo as this project reconstructs it: two servers (vLLM cannot switch speculation per request)
+    on one Blackwell card. The talk states only "about 16 GB" of baseline weights and a "2.5" GB draft; the
+    models (``"baseline"`` Llama-3.1-8B-Instruct, ``"speculative"`` with Llama-3.2-1B-Instruct), the 96 GB
+    RTX PRO 6000 and 0.45 each (the speculative server pays for the draft's weights and KV cache out of the
+    same 43.2 GB) are inferred from those sizes, not stated (notebook 03, section 2, says why)."""
     common = dict(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, context_len=context_len,
                   overhead_gb=overhead_gb)
     target = "meta-llama/Llama-3.1-8B-Instruct"

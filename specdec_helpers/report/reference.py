@@ -30,12 +30,22 @@ class ReferenceError(ValueError):
 
 @dataclass(frozen=True)
 class KeyNumber:
-    """One number to compare; ``tolerance`` is absolute unless ``relative`` (a share of the reference)."""
+    """One number to compare; ``tolerance`` is absolute unless ``relative`` (a share of the reference).
+    ``decision``: a speedup, whose side of 1.0 and of 1 + ``verdict.MIN_GAIN`` is compared before its closeness."""
 
     path: str
     check: str
     tolerance: float = 0.0
     relative: bool = False
+    decision: bool = False
+
+
+def decision_side(speedup: float, min_gain: float | None = None) -> str:
+    """Which verdict a speedup points to: "a loss" (below 1), "a gain too small" (up to 1 + min_gain), "a gain"."""
+    from specdec_helpers.costmodel.verdict import MIN_GAIN
+
+    gain = MIN_GAIN if min_gain is None else min_gain
+    return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + gain else "a gain"
 
 
 def _load_spec() -> dict[str, list[KeyNumber]]:
@@ -90,12 +100,18 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool) -> tuple[b
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (yours, reference)):
         if not (math.isfinite(yours) and math.isfinite(reference)):
             return None, "not comparable (not a finite number)"
+        side = ""
+        if spec.decision:  # the verdict first: a number close to the reference can still be on the other side of 1
+            mine, theirs = decision_side(yours), decision_side(reference)
+            if mine != theirs:
+                return True, f"different verdict (yours: {mine}, the reference: {theirs}): check {spec.check}"
+            side = f"same verdict ({mine}); "
         allowed = abs(reference) * spec.tolerance if spec.relative else spec.tolerance
         if abs(yours - reference) <= allowed + 1e-12:
-            return False, "within the noise"
+            return False, f"{side}within the noise"
         direction = "higher" if yours > reference else "lower"
         tolerance = f"±{spec.tolerance:.0%}" if spec.relative else f"±{spec.tolerance:g}"
-        return True, f"outside ({direction} than reference {tolerance}): check {spec.check}"
+        return True, f"{side}outside ({direction} than reference {tolerance}): check {spec.check}"
     if yours == reference:
         return False, "same as the reference"
     return True, f"differs: check {spec.check}"

@@ -119,6 +119,8 @@ def check_02(r: dict, run_dir: Path) -> None:
 
 def check_03(r: dict, run_dir: Path) -> None:
     assert r["kv_check_platform"] == "cpu"
+    # the pair inferred from the talk's "16 GB" and "2.5": by weight bytes outside the talk's own 10-50x rule
+    assert 5 < r["talk_pair_size_ratio"] < 10
     assert set(r["kv_tokens_reported"]) == {"target alone", "target + draft"}
     for setup, reported in r["kv_tokens_reported"].items():
         assert reported > 0
@@ -186,6 +188,27 @@ def check_04(r: dict, run_dir: Path) -> None:
     live = [row for row in contrast if row["source"] == "this run (live)"]
     assert {row["candidate"] for row in live} == set(by_name)
     assert any("manifest.json" in row["source"] for row in contrast)  # distilled drafts not measured live
+    # section 6: the best draft model measured at every k of the sweep, per class; the best k is the measured
+    # maximum, and the model's curve is the cost model from the one alpha measured at the notebook's k
+    sweep = r["k_sweep"]
+    drafted = [c for c in r["candidates"] if c["candidate"] != "ngram"]
+    params = load_profile("cpu-tiny", smoke=True)
+    points = sweep["points"]
+    assert {p["class"] for p in points} == {"structured", "creative"}
+    assert {p["k"] for p in points} == set(params["k_sweep"]) | {sweep["k_at_alpha"]}
+    verify = theory.VerifyCost({int(n): v for n, v in sweep["verify"].items()})
+    for cls in ("structured", "creative"):
+        mine = [p for p in points if p["class"] == cls]
+        assert all(p["n"] >= 1 and p["decode_speedup_min"] <= p["measured_decode_speedup"] <= p["decode_speedup_max"]
+                   for p in mine), mine
+        assert sweep["best_k_measured"][cls] == max(mine, key=lambda p: p["measured_decode_speedup"])["k"]
+        for p in mine:
+            assert p["model_from_one_k"] == pytest.approx(
+                theory.predicted_speedup(sweep["alpha_at_k"][cls], p["k"], sweep["c"], verify), abs=5e-3)
+        assert sweep["best_k_model"][cls] == max(mine, key=lambda p: p["model_from_one_k"])["k"]
+        assert sweep["talk_range_holds"][cls] == (3 <= sweep["best_k_measured"][cls] <= 5)
+    assert sweep["candidate"] == max(drafted, key=lambda c: c["measured_speedup"])["candidate"]
+    assert (run_dir / "figures" / "04_k_sweep.png").exists()
     assert r["preflight_passed"] is True
     assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
                                                   "no reference for this notebook")
@@ -197,6 +220,14 @@ def check_05(r: dict, run_dir: Path) -> None:
     assert all(0.0 <= v <= 1.0 for v in acc.values())
     # The talk's finding, measured: structured output is accepted more than creative at T=0.
     assert acc["structured@0"] > acc["creative@0"]
+    # the takeaways are generated from those numbers: the class effect at T=0, in points, with its direction
+    gap = 100 * (acc["structured@0"] - acc["creative@0"])
+    first_line = r["takeaways"][0]
+    said = re.search(r"acceptance (\d+) points (higher|lower) for structured", first_line)
+    if abs(gap) >= 1:  # (below one point the direction is a rounding: any wording may stand)
+        assert said and abs(int(said.group(1)) - abs(gap)) <= 1 and (said.group(2) == "higher") == (gap > 0), \
+            (first_line, gap)
+    assert len(r["takeaways"]) == 4 and "of 4." in r["takeaways"][-1]
     assert first["structured@0"] >= acc["structured@0"] - 1e-9  # position 1 is the easiest
     assert all(c["speedup"] > 0 and c["n"] >= 2 for c in r["cells"])
     assert set(r["demo_speedup_tokens_per_s"]) == {"Structured", "Creative"}
@@ -280,6 +311,34 @@ def check_06(r: dict, run_dir: Path) -> None:
     longest = str(max(int(n) for n in prefill["draft"]["measured"]))
     best = max(("draft", "ngram"), key=lambda s_: prefill[s_]["measured"][longest])
     assert r["best_method_at_longest_prompt"] == (best if prefill[best]["measured"][longest] > 1 else "none")
+    # section 4: the batch-size schedule follows the notebook's rule from this run's numbers (the crossover,
+    # else the cost model), vLLM gets it as ranges, and where the schedule steps aside its throughput at the
+    # highest concurrency is not below static k's (a tenth of slack: one measurement of a few requests)
+    from specdec_helpers.engine.spec_config import batch_size_schedule
+
+    low = r["schedule_low_k"]
+    schedule = {int(b): v for b, v in r["schedule_k_by_batch"].items()}
+    assert sorted(schedule) == list(range(1, max(levels) + 1))
+    if r["schedule_zero_k"].startswith("refused"):  # vLLM would not take k = 0: the smallest k it takes
+        low = max(low, 1)
+    if status == "stops":
+        assert schedule == {b: (k if b < crossover else low) for b in schedule}, schedule
+    else:
+        steps = {int(n): v for n, v in cost["step_time_by_sequences"].items()}
+        def predicted(kk, b):
+            return 1.0 if kk == 0 else theory.concurrency_speedup(cost["alpha"], kk, cost["c"], steps, b)
+        for b, kk in schedule.items():  # the best k by the model (rounded inputs: allow a near tie)
+            best = max(predicted(x, b) for x in range(low, k + 1))
+            assert predicted(kk, b) >= best - 0.02, (b, kk, schedule)
+    assert r["schedule"] == batch_size_schedule(schedule)
+    assert r["schedule_is_static"] == all(v == k for v in schedule.values())
+    assert r["schedule_zero_k"] == "not asked" or 0 in schedule.values() or r["schedule_zero_k"].startswith("refused")
+    top = r["schedule_vs_static_at_highest"]
+    assert top["concurrency"] == max(levels) and top["static"] == pytest.approx(levels[max(levels)], abs=1e-3)
+    if schedule[max(levels)] < k:
+        assert top["schedule"] >= 0.9 * top["static"], top
+    assert r["schedule_sentence"] in " ".join(r["takeaways"])
+    assert (run_dir / "figures" / "06_schedule.png").exists()
     # the takeaways are generated: they name this run's crossover and its context speedups
     takeaways = " ".join(r["takeaways"])
     draft_ctx = {int(k): v for k, v in r["context_speedups"].items()}
@@ -344,8 +403,21 @@ def check_07(r: dict, run_dir: Path) -> None:
     assert 0.0 <= best["coverage"] <= 1.0
     assert r["predicted_speedup_at_expected_concurrency"] == pytest.approx(best["predicted_decode_speedup"], rel=1e-6)
     assert "verify cost" in r["step_time_source"]
+    # per request: every speculative candidate and class, its range of one request's acceptance, the share of
+    # steps that accepted nothing, and the worst requests are the lowest of those
+    per_request = r["per_request_acceptance"]
+    candidates = {c["candidate"] for c in r["model_vs_measurement"]}
+    expected = {f"{c}/{k}" for c in candidates for k in ("structured", "creative")}
+    assert {f"{c}/{k}" for c in candidates - {"ngram"} for k in ("structured", "creative")} <= set(per_request) <= expected
+    assert all(0 <= v["min"] <= v["median"] <= v["max"] <= 1 and v["count"] >= 1 for v in per_request.values())
+    assert set(r["zero_accept_step_share"]) == set(per_request)
+    assert all(0 <= v <= 1 for v in r["zero_accept_step_share"].values())
+    lowest = min(v["min"] for v in per_request.values())
+    assert r["worst_requests"] and r["worst_requests"][0]["pr_acceptance_rate"] == pytest.approx(lowest, abs=1e-4)
+    assert isinstance(r["from_this_run"], list)  # 04's k sweep and 06's schedule, when they ran in this run folder
     report = (run_dir / r["report"]).read_text()
     assert "Reasons:" in report and "Is it highly structured?" in report
+    assert "## Acceptance per request" in report
     assert "## Per class" in report and "coverage" in report
     assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
                                                   "no reference for this notebook")

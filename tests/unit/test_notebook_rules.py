@@ -4,7 +4,9 @@ from the notebooks' own source: a rule edited in a notebook is the rule tested."
 from __future__ import annotations
 
 import ast
+import json
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -129,3 +131,35 @@ def test_07_times_decode_steps_with_the_window_of_06():
     exec(compile(ast.Module([func], []), "07", "exec"), namespace)
     assert namespace["steady_state_window"](arrivals) == six(arrivals) == (0.5, 2.5)
 
+
+
+# --- No measured figure typed into a notebook's prose ---------------------------------------------------------
+#
+# A finding the next run could contradict must come from a cell's output, never from markdown. So markdown
+# (outside code spans and blocks) may hold no speedup, percentage, speed or run time, except the constants
+# below: the talk's own rules, a confidence level, a tolerance the notebook sets, a hypothetical.
+FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:\s?-\s?\d+(?:\.\d+)?)?\s?(?:x\b|%|\s?tok(?:ens)?/s\b|\s?min\b|\s?GiB\b|\s?ms\b)")
+NOT_MEASURED = {"10-50x", "10x", "1x", "95%", "5%", "99%"}
+
+
+def markdown_figures(source: str) -> list[str]:
+    prose = re.sub(r"```.*?```", "", source, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    return [m.group().replace(" ", "") for m in FIGURE.finditer(prose) if m.group().replace(" ", "") not in NOT_MEASURED]
+
+
+def test_markdown_states_no_measured_figure():
+    found = {}
+    for notebook in sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                figures = markdown_figures("".join(cell["source"]))
+                if figures:
+                    found[f"{notebook.name} cell {cell.get('id')}"] = figures
+    assert not found, f"measured figures typed into markdown (print them from a cell instead): {found}"
+
+
+def test_the_figure_check_catches_a_typed_speedup():
+    assert markdown_figures("Structured output ran 1.33x faster at 91.6% acceptance, 5.9 tok/s, in 44.8 min.") == \
+        ["1.33x", "91.6%", "5.9tok/s", "44.8min"]
+    assert markdown_figures("The talk's rule: 10-50x smaller; a 95% interval; `print(f'{x:.2f}x')`.") == []

@@ -83,3 +83,13 @@ def test_notebooks_with_only_servers_of_their_own_run_first_and_say_so_in_their_
         if not uses_shared_servers(notebook):
             assert calls and all("shared=False" in call for call in calls), notebook.name
     assert NOTEBOOKS_DIR.is_dir()
+
+
+def test_the_reserve_for_other_programs_is_off_by_default_and_counts_their_servers(monkeypatch):
+    from specdec_helpers.engine.pool import RESERVE_ENV, reserve_bytes
+
+    monkeypatch.delenv(RESERVE_ENV, raising=False)
+    assert reserve_bytes() == 0  # make run: the machine is the run's
+    monkeypatch.setenv(RESERVE_ENV, "1.5")
+    # vLLM servers outside the pool (another pytest worker's) already hold part of what the reserve is for
+    assert 0 <= reserve_bytes() <= 1.5 * 2**30
