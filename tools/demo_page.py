@@ -124,29 +124,31 @@ def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
             break
 
 
-def demo_processes(demo_id: str) -> list:
-    """Processes that inherited this demo's marker (kernels, vLLM servers and their engines)."""
+def demo_processes(demo_id: str, keep_groups: frozenset[int] = frozenset()) -> list:
+    """Processes that inherited this demo's marker (kernels, vLLM servers and their engines), except those in
+    ``keep_groups`` (the process groups of a server pool's servers, which the pool stops)."""
     import psutil
 
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(MARKER) == demo_id:
+            if proc.environ().get(MARKER) == demo_id and os.getpgid(proc.pid) not in keep_groups:
                 found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
             continue
     return found
 
 
-def stop_leftovers(demo_id: str, grace_s: float = 30.0) -> list[int]:
-    """Once Voila is gone: wait ``grace_s`` for this demo's processes to exit, kill the rest.
+def stop_leftovers(demo_id: str, grace_s: float = 30.0, keep_groups: frozenset[int] = frozenset()) -> list[int]:
+    """Once Voila is gone: wait ``grace_s`` for this demo's processes to exit, kill the rest (but not a server
+    pool's servers, ``keep_groups``: the pool stops those).
 
     Returns the pids that had to be killed (none, when the shutdown chain works).
     """
     deadline = time.monotonic() + grace_s
-    while demo_processes(demo_id) and time.monotonic() < deadline:
+    while demo_processes(demo_id, keep_groups) and time.monotonic() < deadline:
         time.sleep(1)
-    left = demo_processes(demo_id)
+    left = demo_processes(demo_id, keep_groups)
     for proc in left:
         try:
             proc.kill()

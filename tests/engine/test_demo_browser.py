@@ -14,7 +14,8 @@ with one line saying how to install it; ``SPECDEC_SKIP_BROWSER=1`` turns browser
 purpose (they are then reported as skipped, never passed).
 
 Nothing is left behind: the browser closes, the server is stopped as Ctrl-C would, and every
-process that inherited the demo's marker (kernel, vLLM servers) must be gone afterwards.
+process that inherited the demo's marker (the kernel) must be gone afterwards; the two vLLM servers are
+shared by both ways (a pool, as `make run` shares servers) and must be gone after the last.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from specdec_helpers.engine.serving import HOST, exit_with_parent, free_port
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from tools import demo_page
 
-pytestmark = pytest.mark.engine
+# Both ways open the same demo on the same two servers: one worker runs them back to back, sharing the servers
+# through a pool (engine.pool, as `make run` shares them), so the second way starts none.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("demo-browser")]
 
 PROFILE = "cpu-tiny"
 BOOT_TIMEOUT_S = 600  # kernel start + two engine starts (1-2 min each on a busy 2-core machine) + warm-up
@@ -87,9 +90,31 @@ def _open_in_lab(page, url: str) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
+@pytest.fixture(scope="module")
+def demo_pool(tmp_path_factory):
+    """The demo's two servers, kept up from the first way to the second, stopped after the last."""
+    from specdec_helpers.engine.pool import ServerPool, group_alive
+
+    pool = ServerPool(tmp_path_factory.mktemp("demo-pool"), os.getpid())
+    try:
+        yield pool
+    finally:
+        groups = {e.pgid for e in pool.running()}
+        pool.stop_all()
+    left = sorted(g for g in groups if group_alive(g))
+    assert not left, f"process groups of the demo's shared servers left running: {left}"
+
+
 @pytest.mark.parametrize("way", ["voila", "jupyterlab"])
-def test_demo_streams_both_answers_in_chromium(way: str):
+def test_demo_streams_both_answers_in_chromium(way: str, demo_pool, monkeypatch):
     chromium = chromium_executable()
+    from conftest import SERIES_RESERVE_GIB
+
+    from specdec_helpers.engine.pool import NOTEBOOK_ENV, RESERVE_ENV
+
+    for name, value in {**demo_pool.environment(), NOTEBOOK_ENV: f"demo-{way}",
+                        RESERVE_ENV: str(SERIES_RESERVE_GIB)}.items():
+        monkeypatch.setenv(name, value)  # Voila and JupyterLab pass it to the kernel, which starts the servers
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
@@ -158,7 +183,7 @@ def test_demo_streams_both_answers_in_chromium(way: str):
                 browser.close()
     finally:
         demo_page.stop(server)
-        left = demo_page.stop_leftovers(server.demo_id)
+        left = demo_page.stop_leftovers(server.demo_id, keep_groups=frozenset(e.pgid for e in demo_pool.running()))
     assert not left, f"processes of the demo outlived its server and had to be killed: {left}"
     deadline = time.time() + 30
     while time.time() < deadline:
