@@ -162,12 +162,8 @@ def stop_series_pool(pool) -> None:
     process of those servers survived."""
     import json
 
-    from specdec_helpers.engine.pool import group_alive
-
-    groups = {e.pgid for e in pool.running()}
-    pool.stop_all()
+    left = pool.stop_all()
     (pool.folder / "servers.json").write_text(json.dumps(pool.summary(), indent=1))
-    left = sorted(g for g in groups if group_alive(g))
     assert not left, f"process groups of the notebook tier's shared servers left running: {left}"
 
 

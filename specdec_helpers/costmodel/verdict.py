@@ -44,6 +44,12 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
     return NOT_DISTINGUISHABLE
 
 
+def decision_side(speedup: float, min_gain: float = MIN_GAIN) -> str:
+    """The side of the rule's thresholds one speedup lies on, without its interval (comparing a run's point with a
+    reference's): "a loss" (below 1), "a gain too small" (up to 1 + min_gain), "a gain"."""
+    return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + min_gain else "a gain"
+
+
 def interval_text(point: float, low: float, high: float, n: int, lowest: float, highest: float) -> str:
     """How a speedup is written: with its 95% interval where there is one, else as the range of its n values."""
     if math.isfinite(low) and math.isfinite(high):

@@ -37,7 +37,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import requests
@@ -259,41 +259,42 @@ class ServerPool:
                 entry.last_used = time.time()
                 self._write(data)
 
+    def _stop_idle_until(self, data: dict[str, Any], enough: Callable[[int], bool]) -> int:
+        """Stop idle servers, the least used first, then the least recently used (the target alone and with its
+        draft serve most notebooks; n-gram lookup and the draft alone, a few), until ``enough(reserve)``;
+        ``reserve`` (see :func:`reserve_bytes`) is read once: stopping our own servers does not change it.
+        Returns how many it stopped."""
+        reserve = reserve_bytes({e.pgid for e in data["entries"].values()})
+        stopped = 0
+        for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
+            if enough(reserve):
+                break
+            self._stop(data, entry)
+            stopped += 1
+        return stopped
+
+    def _stop(self, data: dict[str, Any], entry: Entry) -> None:
+        _stop_entry(entry)
+        del data["entries"][entry.key]
+        self._event(data, "stop", entry)
+
     def _make_room(self, data: dict[str, Any], server: VLLMServer) -> None:
-        """Stop idle servers until ``server`` fits (CPU RAM; on a GPU, the card's share): the least used first,
-        then the least recently used (the target alone and with its draft serve most notebooks; n-gram
-        lookup and the draft alone, a few)."""
-        idle = sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order)
-        for entry in idle:
-            if self._fits(data, server):
-                return
-            _stop_entry(entry)
-            del data["entries"][entry.key]
-            self._event(data, "stop", entry)
+        """Stop idle servers until ``server`` fits (CPU RAM; on a GPU, the card's share)."""
+        if server.install.platform == "cpu":
+            need = server.estimated_ram_bytes() + MARGIN_BYTES
+            self._stop_idle_until(data, lambda reserve: psutil.virtual_memory().available >= need + reserve)
+        else:
+            self._stop_idle_until(data, lambda _: (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95)
 
     def make_room(self, nbytes: int) -> int:
         """Stop idle servers (in the same order) until ``nbytes`` (plus the margin) are free; for a
         kernel that needs memory of its own (notebook 01 loads both models). Returns how many it stopped."""
-        stopped = 0
         with self.lock:
             data = self._read()
-            for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
-                own = {e.pgid for e in data["entries"].values()}
-                if psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve_bytes(own):
-                    break
-                _stop_entry(entry)
-                del data["entries"][entry.key]
-                self._event(data, "stop", entry)
-                stopped += 1
+            stopped = self._stop_idle_until(
+                data, lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
             self._write(data)
         return stopped
-
-    @staticmethod
-    def _fits(data: dict[str, Any], server: VLLMServer) -> bool:
-        if server.install.platform == "cpu":
-            need = server.estimated_ram_bytes() + MARGIN_BYTES + reserve_bytes({e.pgid for e in data["entries"].values()})
-            return psutil.virtual_memory().available >= need
-        return (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95
 
     # -- what the owner calls --------------------------------------------------------------------------
     def reclaimable_bytes(self) -> int:
@@ -305,23 +306,20 @@ class ServerPool:
         """Stop every idle server (another program is about to need the memory). Returns how many."""
         with self.lock:
             data = self._read()
-            idle = [e for e in data["entries"].values() if e.idle()]
-            for entry in idle:
-                _stop_entry(entry)
-                del data["entries"][entry.key]
-                self._event(data, "stop", entry)
+            stopped = self._stop_idle_until(data, lambda _: False)
             self._write(data)
-        return len(idle)
+        return stopped
 
-    def stop_all(self) -> None:
-        """Stop every shared server (end of run, Ctrl-C); safe to call twice."""
+    def stop_all(self) -> list[int]:
+        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the process groups that are
+        still alive afterwards (none, when every server stopped)."""
         with self.lock:
             data = self._read()
+            groups = [e.pgid for e in data["entries"].values()]
             for entry in list(data["entries"].values()):
-                _stop_entry(entry)
-                self._event(data, "stop", entry)
-            data["entries"] = {}
+                self._stop(data, entry)
             self._write(data)
+        return [g for g in groups if group_alive(g)]
 
     def events(self) -> list[dict[str, Any]]:
         return self._read()["events"]

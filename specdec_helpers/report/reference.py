@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import yaml
 
+from specdec_helpers.costmodel.verdict import decision_side
 from specdec_helpers.report.record import record, recorded
 from specdec_helpers.report.runs import REPO_ROOT
 
@@ -38,14 +39,6 @@ class KeyNumber:
     tolerance: float = 0.0
     relative: bool = False
     decision: bool = False
-
-
-def decision_side(speedup: float, min_gain: float | None = None) -> str:
-    """Which verdict a speedup points to: "a loss" (below 1), "a gain too small" (up to 1 + min_gain), "a gain"."""
-    from specdec_helpers.costmodel.verdict import MIN_GAIN
-
-    gain = MIN_GAIN if min_gain is None else min_gain
-    return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + gain else "a gain"
 
 
 def _load_spec() -> dict[str, list[KeyNumber]]:

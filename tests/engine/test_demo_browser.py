@@ -93,15 +93,13 @@ def _open_in_lab(page, url: str) -> None:
 @pytest.fixture(scope="module")
 def demo_pool(tmp_path_factory):
     """The demo's two servers, kept up from the first way to the second, stopped after the last."""
-    from specdec_helpers.engine.pool import ServerPool, group_alive
+    from specdec_helpers.engine.pool import ServerPool
 
     pool = ServerPool(tmp_path_factory.mktemp("demo-pool"), os.getpid())
     try:
         yield pool
     finally:
-        groups = {e.pgid for e in pool.running()}
-        pool.stop_all()
-    left = sorted(g for g in groups if group_alive(g))
+        left = pool.stop_all()
     assert not left, f"process groups of the demo's shared servers left running: {left}"
 
 
