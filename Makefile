@@ -35,8 +35,8 @@ preflight:
 	$(WITH_ENV) python -m tools.preflight --profile $(PROFILE) $(if $(SMOKE),--smoke) $(foreach p,$(SET),--set $(p))
 
 worth-it:
-	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...]"; exit 2; }
-	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS))
+	@test -n "$(PROMPTS)" || { echo "usage: make worth-it PROMPTS=my_prompts.jsonl [PROFILE=...] [SET=\"prompts_per_class=12\"]"; exit 2; }
+	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS)) $(foreach p,$(SET),--set $(p))
 
 test:
 	$(WITH_ENV) python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -219,6 +219,35 @@ def preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> s
     return None if report.ok else str(report)
 
 
+def prompts_file_notice(params: dict[str, Any], notebooks: list[Path]) -> str | None:
+    """What a user's ``prompts_file`` becomes, said on the console before anything starts: how many of its
+    prompts each notebook measures (a profile's ``prompts_per_class`` may leave some out, and the notebook's
+    report says so too) and about how long the answers take. None without a prompts file."""
+    from specdec_helpers.measure.prompts import load_prompts, select
+    from tools.profiles import notebook_overrides
+
+    if not params.get("prompts_file"):
+        return None
+    source = load_prompts(params["prompts_file"])
+    lines = [f"prompts file {params['prompts_file']}: {len(source)} prompts"]
+    for notebook in notebooks:
+        values = {**params, **notebook_overrides(params, notebook.name)}
+        per_class = values.get("prompts_per_class")
+        chosen = select(source, limit_per_class=per_class)
+        servers = 1 + len(values.get("draft_candidates") or [])
+        requests = servers * len(chosen) * int(values.get("repeats", 1))
+        tokens = requests * int(values.get("max_tokens", 0))
+        line = (f"  {notebook.stem}: measures {len(chosen)} of them on {servers} server(s), {requests} requests, "
+                f"up to {tokens:,} answer tokens (about {tokens / 10 / 60:.0f}-{tokens / 2 / 60:.0f} min at 2-10 "
+                "tokens/s on a CPU, plus server start-up)")
+        if len(chosen) < len(source):
+            largest = max(sum(p.cls == c for p in source) for c in {p.cls for p in source})
+            line += (f"; {len(source) - len(chosen)} left out by prompts_per_class={per_class}: "
+                     f"SET=\"prompts_per_class={largest}\" measures them all")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu-coder")
@@ -246,10 +275,14 @@ def main(argv: list[str] | None = None) -> int:
               f"above say what to change). `make preflight PROFILE={args.profile}` repeats this check.",
               file=sys.stderr)
         return 2
+    notebooks = find_notebooks(args.notebooks)
+    notice = prompts_file_notice(params, notebooks)
+    if notice:
+        print(notice, flush=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")
-    runs, servers = run_notebooks(find_notebooks(args.notebooks), params, run_dir, share_servers=not args.own_servers)
+    runs, servers = run_notebooks(notebooks, params, run_dir, share_servers=not args.own_servers)
     combine_results(run_dir)
     index = write_index(run_dir, runs, args.profile, params, servers)
     print(f"report: {index}")

@@ -142,17 +142,18 @@ class Crossover:
 
 
 def find_crossover(speedups: Mapping[int, float], threshold: float = 1.0) -> Crossover:
-    """Classify measured (or predicted) speedups by concurrency level; see :class:`Crossover`."""
+    """Classify measured (or predicted) speedups by concurrency level; see :class:`Crossover`. A level pays when its
+    speedup is above ``threshold`` (06 passes 1 + min_gain: the side "a gain" of the series' rule)."""
     if not speedups:
         raise ValueError("need the speedup at one concurrency level at least")
     levels = tuple(sorted(int(b) for b in speedups))
     value = {int(b): float(v) for b, v in speedups.items()}
-    paying = [b for b in levels if value[b] >= threshold]
+    paying = [b for b in levels if value[b] > threshold]
     if not paying:
         return Crossover("never", None, None, levels)
     if len(paying) == len(levels):
         return Crossover("always", None, levels[-1], levels)
-    if value[levels[0]] < threshold:
+    if value[levels[0]] <= threshold:
         return Crossover("mixed", None, paying[-1], levels)
-    level = next(b for b in levels if value[b] < threshold)
+    level = next(b for b in levels if value[b] <= threshold)
     return Crossover("stops", level, max(b for b in paying if b < level), levels)

@@ -40,8 +40,10 @@ def test_crossover_mixed_and_threshold():
     cross = find_crossover({1: 0.95, 2: 1.1, 4: 0.8})
     assert (cross.status, cross.level, cross.last_paying) == ("mixed", None, 2)
     assert "no clean crossover" in cross.sentence()
-    # exactly 1.0 counts as paying; a higher threshold moves the crossover
-    assert find_crossover({1: 1.0, 2: 0.99}).level == 2
+    # exactly the threshold does not pay (as verdict.decision_side: 1 + min_gain is "a gain too small");
+    # a higher threshold moves the crossover
+    assert find_crossover({1: 1.01, 2: 1.0}).level == 2
+    assert find_crossover({1: 1.05, 2: 1.2}, threshold=1.05).status == "mixed"
     assert find_crossover({1: 1.1, 2: 1.03}, threshold=1.05).level == 2
     with pytest.raises(ValueError):
         find_crossover({})

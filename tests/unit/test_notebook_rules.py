@@ -52,7 +52,7 @@ def test_the_series_verdict_rule(point, lo, hi, n, reading):
     assert speedup_reading(point, lo, hi, n, min_gain=0.05) == reading
 
 
-def test_05_and_04_apply_the_series_rule_with_their_min_gain_parameter():
+def test_04_05_07_apply_the_series_rule_with_their_min_gain_parameter():
     for notebook in ("04_choosing_a_draft.ipynb", "05_structured_vs_creative.ipynb", "07_is_it_worth_it.ipynb"):
         nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
         code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
@@ -60,6 +60,21 @@ def test_05_and_04_apply_the_series_rule_with_their_min_gain_parameter():
         assert "def speedup_reading" not in code, f"{notebook} defines its own verdict rule again"
     assert "speedup_reading(" in "\n".join(c.source for c in nbformat.read(
         NOTEBOOKS / "05_structured_vs_creative.ipynb", as_version=4).cells)
+
+
+def test_06_reads_its_levels_by_the_series_rule_not_by_its_own_threshold():
+    """06 has one throughput per level, no interval: it reads each level's side of the shared rule
+    (verdict.decision_side with its min_gain) and compares no speedup with a threshold of its own."""
+    nb = nbformat.read(NOTEBOOKS / "06_context_and_concurrency.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "min_gain: float = 0.05" in code and "decision_side(" in code
+    assert code.count("threshold=1.0 + min_gain") == 2  # the measured and the predicted crossover
+    own = re.compile(r"(speedup|end_to_end)[\w\"'\][.()-]*\s*(<|>|<=|>=)\s*1(\.0)?\b")
+    for notebook in ("04_choosing_a_draft.ipynb", "05_structured_vs_creative.ipynb", "06_context_and_concurrency.ipynb",
+                     "07_is_it_worth_it.ipynb"):
+        cells = nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
+        lines = [line for c in cells if c.cell_type == "code" for line in c.source.splitlines() if own.search(line)]
+        assert all("MIN_GAIN" in line or "min_gain" in line for line in lines), (notebook, lines)
 
 
 def test_no_interval_is_computed_from_fewer_than_eight_prompts():
@@ -163,3 +178,49 @@ def test_the_figure_check_catches_a_typed_speedup():
     assert markdown_figures("Structured output ran 1.33x faster at 91.6% acceptance, 5.9 tok/s, in 44.8 min.") == \
         ["1.33x", "91.6%", "5.9tok/s", "44.8min"]
     assert markdown_figures("The talk's rule: 10-50x smaller; a 95% interval; `print(f'{x:.2f}x')`.") == []
+
+
+# --- No measured direction typed into a notebook's prose ------------------------------------------------------
+#
+# A figure is not the only finding: "the table shows speculation is faster" is one too, and the next run could
+# contradict it. A sentence of markdown that speaks of what was measured (this run, the table, the plot, what
+# we saw) and states a direction (faster, a loss, a crossover, identical, passed) is flagged, unless it is a
+# rule's condition ("where this run measured a crossover, keep k"): such sentences belong in a generated cell.
+RUN_SUBJECT = re.compile(r"\b(this run|the run|in this run|on this machine|measured|we (saw|found|see)|"
+                         r"the (table|plot|figure|chart|numbers?|results?) (shows?|showed|above|below)|"
+                         r"(above|below), (the|our))\b", re.I)
+DIRECTION = re.compile(r"\b(faster|slower|speed-?up of|gains?|loss|loses|lost|wins?|won|beats?|pays|paid|crossover|"
+                       r"identical|flipped|passed|failed|held|holds)\b", re.I)
+CONDITION = re.compile(r"\b(where|if|when|whether|unless|until|once|which|what|how|each|every)\b", re.I)
+
+
+def markdown_directions(source: str) -> list[str]:
+    prose = re.sub(r"```.*?```", "", source, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    found = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n\s*[-*]\s+|\n\n|\n(?=\|)", prose):
+        subject, direction = RUN_SUBJECT.search(sentence), DIRECTION.search(sentence)
+        if not (subject and direction):
+            continue
+        if CONDITION.search(sentence[:max(subject.start(), direction.start())]):
+            continue  # a rule's condition or a question, not a finding
+        found.append(" ".join(sentence.split())[:160])
+    return found
+
+
+def test_markdown_states_no_measured_direction():
+    found = {}
+    for notebook in sorted((Path(__file__).parents[2] / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] == "markdown" and (hits := markdown_directions("".join(cell["source"]))):
+                found[f"{notebook.name} cell {cell.get('id')}"] = hits
+    assert not found, f"findings typed into markdown (generate them from the run instead): {found}"
+
+
+def test_the_direction_check_catches_a_typed_finding():
+    assert markdown_directions("The table shows that speculation is faster on structured prompts.")
+    assert markdown_directions("In this run the crossover came after two streams.")
+    assert markdown_directions("We saw identical answers from both servers.")
+    assert not markdown_directions("Where this run measured a crossover, keep k below it.")
+    assert not markdown_directions("Speculation pays when the draft guesses well. `the run shows 1.3x faster`")
+    assert not markdown_directions("If the measured speedup is below 1, the verdict is a loss.")

@@ -131,3 +131,32 @@ def test_a_run_that_cannot_start_stops_at_the_preflight_before_any_notebook(tiny
     assert code == 2 and not executed
     assert "No notebook was started" in err and "max_model_len" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_users_prompts_file_is_announced_with_what_is_left_out(tmp_path):
+    """A user's file is never cut without a word: the console names how many prompts 07 measures, how many
+    prompts_per_class leaves out and the setting that measures them all, with the expected time."""
+    lines = [json.dumps({"id": f"{cls[0]}{i}", "class": cls, "subcategory": f"sub{i % 2}",
+                         "messages": [{"role": "user", "content": f"prompt {i}"}], "max_tokens": 32})
+             for cls in ("structured", "creative") for i in range(6)]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    notebook = [runner.NOTEBOOKS_DIR / "07_is_it_worth_it.ipynb"]
+    params = load_profile("cpu-coder") | {"prompts_file": str(path), "prompts_per_class": 2,
+                                           "per_notebook": {}}
+    notice = runner.prompts_file_notice(params, notebook)
+    assert "12 prompts" in notice and "measures 4 of them" in notice
+    assert "8 left out by prompts_per_class=2" in notice and 'SET="prompts_per_class=6"' in notice
+    assert " min at 2-10 tokens/s" in notice
+    whole = runner.prompts_file_notice(params | {"prompts_per_class": 8}, notebook)
+    assert "measures 12 of them" in whole and "left out" not in whole
+    assert runner.prompts_file_notice(params | {"prompts_file": ""}, notebook) is None
+
+
+def test_make_worth_it_passes_set_through():
+    """07's cut notice tells the user to add SET="prompts_per_class=N" to make worth-it: it must reach the run."""
+    import subprocess
+
+    out = subprocess.run(["make", "-n", "worth-it", "PROMPTS=x.jsonl", "SET=prompts_per_class=12"],
+                         cwd=runner.REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    assert "--set prompts_file=" in out and "--set prompts_per_class=12" in out
