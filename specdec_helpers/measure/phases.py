@@ -155,11 +155,25 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
                          "n": len(wide)}, index=pd.Index([int(n) for n in wide.columns], name="k"))
 
 
-def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5) -> float:
-    """This CPU's memory bandwidth from a one-thread array copy (like decode on our 2-core machines)."""
+def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5, threads: int | None = None) -> float:
+    """This CPU's memory bandwidth from an array copy split over ``threads`` threads (default: one per usable core,
+    as a decode step uses every core; one thread alone may not saturate the memory bus). numpy releases the GIL
+    while it copies, so the threads copy their slices at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specdec_helpers.engine.cpu import usable_core_ids
+
+    threads = threads or len(usable_core_ids())
     src = np.ones(megabytes * (1 << 20) // 8)
     dst = np.empty_like(src)
-    times = timeit.repeat(lambda: np.copyto(dst, src), repeat=repeats, number=1)  # perf_counter, per copy
+    bounds = np.linspace(0, src.size, threads + 1).astype(int)
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    with ThreadPoolExecutor(threads) as pool:
+        def copy() -> None:
+            list(pool.map(lambda part: np.copyto(dst[part], src[part]), slices))
+
+        copy()  # the threads start and the pages are touched before timing
+        times = timeit.repeat(copy, repeat=repeats, number=1)  # perf_counter, per copy
     return 2 * src.nbytes / statistics.median(times) / 1e9  # a copy reads and writes the array
 
 

@@ -61,3 +61,12 @@ def test_bootstrap_ci_other_stat_and_bad_input():
         bootstrap_ci([1, 2, 3], confidence=1.5)
     with pytest.raises(ValueError):
         bootstrap_ci([])
+
+
+def test_the_copy_bandwidth_reference_uses_every_thread_it_is_given():
+    """02's CPU bandwidth reference splits one copy over one thread per core (decode uses them all)."""
+    from specdec_helpers.measure import phases
+
+    for threads in (1, 2, 3):
+        gb_s = phases.copy_bandwidth_gb_s(megabytes=8, repeats=2, threads=threads)
+        assert math.isfinite(gb_s) and gb_s > 0.1
