@@ -21,7 +21,7 @@ help:
 	@echo "make preflight [SMOKE=1]       check prompts, memory and models of PROFILE before any server starts"
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
 	@echo "make demo [PROFILE=...]        the live side-by-side demo as a page (Voila on 127.0.0.1; prints the URL)"
-	@echo "make reference RUN=runs/<dir>  data/reference/<profile>.json (\"what you should see\") from a run"
+	@echo "make reference RUN=runs/<dir>  data/reference/<profile>[-<cpu class>].json (\"what you should see\") from a run"
 	@echo "make lab                       JupyterLab in the project's environment"
 	@echo "make env                       only create the environment"
 

@@ -204,7 +204,9 @@ def race_summary(answers: dict[str, LiveAnswer], compared: str) -> str:
     acceptance = f", acceptance {c.acceptance_rate:.0%}" if (c := spec.counters) and c.draft_tokens else ""
     return (f"<b>Speedup: {spec.decode_tokens_per_s / base.decode_tokens_per_s:.2f}x decode tokens/s, "
             f"{spec.e2e_tokens_per_s / base.e2e_tokens_per_s:.2f}x end-to-end tokens/s</b>{acceptance} "
-            f"<small>(speculative / baseline on this one prompt; {html.escape(compared)})</small>")
+            f"<small>(speculative / baseline on this one prompt: one draw, which a slow first token or a busy "
+            f"moment can tip either way; notebook 05's table over many prompts is the measurement; "
+            f"{html.escape(compared)})</small>")
 
 
 class ArenaPanel:
