@@ -8,7 +8,7 @@ import os
 import pytest
 
 from specdec_helpers.engine import pool
-from specdec_helpers.engine.cpu import served_weight_bytes
+from specdec_helpers.engine.cpu import cpu_serving_format, served_weight_bytes
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import draft_model_config, ngram_config
 from tools import profiles
@@ -30,13 +30,24 @@ def test_port_and_served_name_do_not_make_another_server(tmp_path):
     assert a.pool_key() == b.pool_key()
 
 
+#: a format other than the one "auto" serves on this CPU (on an AVX2-only CPU "auto" is float32: the same server)
+OTHER_FORMAT = "bf16" if cpu_serving_format("auto") == "float32" else "float32"
+
+
 @pytest.mark.parametrize("change", [
-    {"max_model_len": 1024}, {"dtype": "float32"}, {"cpu_kv_cache_gib": 0.5},
+    {"max_model_len": 1024}, {"dtype": OTHER_FORMAT}, {"cpu_kv_cache_gib": 0.5},
     {"speculative_config": ngram_config(4)}, {"extra_env": {"ONEDNN_MAX_CPU_ISA": "AVX2"}},
     {"cpu_threads_bind": "0,99"}, {"seed": 1}])  # "0,99": never the default (the usable cores)
 def test_every_flag_and_variable_that_changes_a_measurement_makes_another_server(tmp_path, change):
     model = _model(tmp_path)
     assert VLLMServer(model, log_dir=tmp_path).pool_key() != VLLMServer(model, log_dir=tmp_path, **change).pool_key()
+
+
+def test_auto_and_the_format_it_serves_are_one_server(tmp_path):
+    """"auto" is resolved before the key: asking for the format auto picks here starts no second server."""
+    model = _model(tmp_path)
+    served = cpu_serving_format("auto")
+    assert VLLMServer(model, log_dir=tmp_path).pool_key() == VLLMServer(model, log_dir=tmp_path, dtype=served).pool_key()
 
 
 def test_variables_that_change_nothing_are_not_part_of_the_identity():
