@@ -1,29 +1,20 @@
 """One vLLM server per configuration for a whole run of the series, shared by its notebooks.
 
-A server takes 45-65 s to start on two CPU cores, and the notebooks ask for the same three or four servers
-again and again (the target alone, the target with the 0.5B draft, with n-gram lookup, the draft alone).
-``tools.run_series`` (``make run``) therefore opens a pool: it sets ``SPECDEC_SERVER_POOL`` (a folder holding
-the ledger) and ``SPECDEC_SERVER_POOL_OWNER`` (its own pid) for every kernel it starts. A ``VLLMServer`` that
-starts while a pool is open asks the ledger first:
+A server takes 45-65 s to start on two CPU cores, and the notebooks ask for the same few servers again and
+again. ``make run`` (``tools.run_series``) opens a pool: ``SPECDEC_SERVER_POOL`` (the ledger's folder) and
+``SPECDEC_SERVER_POOL_OWNER`` (its pid) for every kernel. A ``VLLMServer`` started in a pool asks the ledger:
 
-- a server is identified by its full command line and environment, except the port and the served name
-  (:func:`server_key`): the same flags and the same variables are the same server;
-- when one is up, the notebook gets it. Its prefix cache is emptied first (``POST /reset_prefix_cache``,
-  a dev-mode endpoint, so pooled servers run with ``VLLM_SERVER_DEV_MODE=1``): no request is sped up by
-  what an earlier notebook sent. Counters stay cumulative; notebooks read them as differences around their
-  own requests, as they do on a fresh server;
-- when none is, it starts one, after stopping idle servers (the least used, then the least recently used,
-  first) until what it needs fits in free memory (an estimate for the new one);
-- leaving the ``with`` block hands the server back instead of stopping it. The pool's owner stops every
-  server at the end of the run, after a failed notebook, and on Ctrl-C. Each server runs under a guard
-  process (``pool_guard``) that stops it within a second when the owner dies, even by SIGKILL.
-- a notebook's own servers (``shared=False``: 00's bf16 references, 01's float32 check) are counted in the
-  ledger's starts too, so the run reports every server it started;
-- a measurement that depends only on one server configuration (the draft alone's decode step, for the cost
-  ratio c) is kept in the ledger (:meth:`ServerPool.remember`): a later notebook of the run reads it instead
-  of starting that server again, and says so.
+- servers with the same command line and environment, less port and served name, are one (:func:`server_key`);
+- one that is up is handed over with its prefix cache emptied (``POST /reset_prefix_cache``, a dev-mode
+  endpoint: ``VLLM_SERVER_DEV_MODE=1``), so no request is sped up by an earlier notebook's; counters stay
+  cumulative, and notebooks read them as differences around their own requests anyway;
+- else one starts, after stopping idle servers (least used, then least recently used) until it fits;
+- leaving the ``with`` block hands it back; the owner stops every server at the end, after a failure and on
+  Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner dying, even by SIGKILL;
+- a notebook's own servers (``shared=False``) count among the run's starts; a measurement of one server
+  configuration (the draft's decode step) is kept (:meth:`ServerPool.remember`) for later notebooks.
 
-Without a pool (a notebook opened in JupyterLab), every server is the notebook's own, as before.
+Without a pool (a notebook opened in JupyterLab), every server is the notebook's own.
 """
 
 from __future__ import annotations
@@ -42,7 +33,7 @@ from typing import Any, Callable
 import psutil
 import requests
 
-from specdec_helpers.engine.serving import ServerError, VLLMServer, healthy
+from specdec_helpers.engine.serving import HOST, ServerError, VLLMServer, healthy
 
 POOL_ENV = "SPECDEC_SERVER_POOL"
 OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
@@ -61,16 +52,8 @@ _VOLATILE_FLAGS = ("--port", "--served-model-name")
 
 def server_key(command: list[str], environment: dict[str, str]) -> str:
     """The identity of a server: its command line without port and served name, and the variables that matter."""
-    args, skip = [], False
-    for arg in command:
-        if skip:
-            skip = False
-            continue
-        if arg in _VOLATILE_FLAGS:
-            args.append(f"{arg}=*")
-            skip = True
-            continue
-        args.append(arg)
+    args = [f"{arg}=*" if arg in _VOLATILE_FLAGS else arg
+            for i, arg in enumerate(command) if i == 0 or command[i - 1] not in _VOLATILE_FLAGS]
     env = {k: v for k, v in sorted(environment.items()) if k.startswith(_IDENTITY_ENV_PREFIXES)}
     return hashlib.sha256(json.dumps([args, env]).encode()).hexdigest()[:16]
 
@@ -94,7 +77,7 @@ class Entry:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{HOST}:{self.port}"
 
     def alive(self) -> bool:
         return group_alive(self.pgid)
@@ -150,10 +133,6 @@ def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
                     and os.getpgid(proc.pid) not in own_groups:
                 held += proc.memory_full_info().pss
     return max(reserve - held, 0)
-
-
-def _eviction_order(entry: Entry) -> tuple[int, float]:
-    return entry.uses, entry.last_used
 
 
 def _stop_entry(entry: Entry, timeout_s: float = 30.0) -> None:
@@ -266,7 +245,7 @@ class ServerPool:
         Returns how many it stopped."""
         reserve = reserve_bytes({e.pgid for e in data["entries"].values()})
         stopped = 0
-        for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
+        for entry in sorted((e for e in data["entries"].values() if e.idle()), key=lambda e: (e.uses, e.last_used)):
             if enough(reserve):
                 break
             self._stop(data, entry)
@@ -286,15 +265,18 @@ class ServerPool:
         else:
             self._stop_idle_until(data, lambda _: (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95)
 
+    def _locked_stop_idle_until(self, enough: Callable[[int], bool]) -> int:
+        with self.lock:
+            data = self._read()
+            stopped = self._stop_idle_until(data, enough)
+            self._write(data)
+        return stopped
+
     def make_room(self, nbytes: int) -> int:
         """Stop idle servers (in the same order) until ``nbytes`` (plus the margin) are free; for a
         kernel that needs memory of its own (notebook 01 loads both models). Returns how many it stopped."""
-        with self.lock:
-            data = self._read()
-            stopped = self._stop_idle_until(
-                data, lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
-            self._write(data)
-        return stopped
+        return self._locked_stop_idle_until(
+            lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
 
     # -- what the owner calls --------------------------------------------------------------------------
     def reclaimable_bytes(self) -> int:
@@ -304,11 +286,7 @@ class ServerPool:
 
     def stop_idle(self) -> int:
         """Stop every idle server (another program is about to need the memory). Returns how many."""
-        with self.lock:
-            data = self._read()
-            stopped = self._stop_idle_until(data, lambda _: False)
-            self._write(data)
-        return stopped
+        return self._locked_stop_idle_until(lambda _: False)
 
     def stop_all(self) -> list[int]:
         """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the process groups that are
@@ -329,18 +307,15 @@ class ServerPool:
 
     def summary(self) -> dict[str, Any]:
         """Starts and reuses, in total and per notebook: what ``make run`` reports."""
-        events = self.events()
-        per_notebook: dict[str, dict[str, int]] = {}
-        started = ("start", "start-own")
-        for event in events:
-            if event["event"] in (*started, "reuse"):
-                counts = per_notebook.setdefault(event["notebook"] or "-", {"start": 0, "own": 0, "reuse": 0})
-                counts[{"start-own": "own"}.get(event["event"], event["event"])] += 1
-        return {"starts": sum(e["event"] in started for e in events),
-                "shared_starts": sum(e["event"] == "start" for e in events),
-                "own_starts": sum(e["event"] == "start-own" for e in events),
-                "reuses": sum(e["event"] == "reuse" for e in events),
-                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in started), 1),
+        events, per_notebook = self.events(), {}
+        kinds = {"start": "start", "start-own": "own", "reuse": "reuse"}
+        for event in (e for e in events if e["event"] in kinds):
+            counts = per_notebook.setdefault(event["notebook"] or "-", dict.fromkeys(kinds.values(), 0))
+            counts[kinds[event["event"]]] += 1
+        count = {kind: sum(e["event"] == kind for e in events) for kind in kinds}
+        return {"starts": count["start"] + count["start-own"], "shared_starts": count["start"],
+                "own_starts": count["start-own"], "reuses": count["reuse"],
+                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in ("start", "start-own")), 1),
                 "per_notebook": per_notebook}
 
     def environment(self) -> dict[str, str]:

@@ -194,12 +194,6 @@ def available_ram_bytes() -> int:
     return int(psutil.virtual_memory().available) + (pool.reclaimable_bytes() if pool else 0)
 
 
-def cpu_servers_ram_bytes(weight_bytes: float, servers: int, cpu_kv_cache_gib: float) -> float:
-    """RAM for ``servers`` CPU servers holding ``weight_bytes`` of weights (served dtype) between them, with
-    each one's KV space and overhead: one formula for the preflight and the setup check's choice of draft."""
-    return weight_bytes * CPU_WEIGHT_FACTOR + servers * (cpu_kv_cache_gib + CPU_SERVER_OVERHEAD_GIB) * GIB
-
-
 def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: list[ResolvedModel], *,
                       servers: int, cpu_kv_cache_gib: float, max_model_len: int, served_format: str) -> int | None:
     if target.shape is None:
@@ -222,7 +216,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
     raw_weights = servers * memory.weight_bytes(target.shape, stored)
     raw_weights += max((memory.weight_bytes(s, stored) for s in draft_shapes), default=0)
     weights, overhead = raw_weights * CPU_WEIGHT_FACTOR, servers * CPU_SERVER_OVERHEAD_GIB * GIB
-    total, available = cpu_servers_ram_bytes(raw_weights, servers, cpu_kv_cache_gib), available_ram_bytes()
+    total, available = weights + overhead + servers * cpu_kv_cache_gib * GIB, available_ram_bytes()
     largest_kv = max(0, math.floor((available - weights - overhead) / servers / GIB * 10) / 10)
     report.add(f"CPU RAM: {servers} server(s)", f"weights ({stored}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV "
                f"{servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} = {total / GIB:.1f} GiB",
@@ -281,9 +275,9 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
         platform = "cpu"
     draft_names = [d for d in dict.fromkeys(drafts) if d and d != NGRAM]
     report = PreflightReport(profile, target_model, draft_names, platform, provenance.hardware())
-    target, drafts_ = resolve(target_model), [resolve(d) for d in draft_names]
-    missing_hub = [m.name for m in [target] + drafts_ if not m.available and m.is_hub]
-    for m in [target] + drafts_:
+    target, *drafts_ = models = [resolve(name) for name in [target_model, *draft_names]]
+    missing_hub = [m.name for m in models if not m.available and m.is_hub]
+    for m in models:
         hint = "" if not missing_hub or m.name != missing_hub[0] else (  # said once, for every missing hub model
             " Accept the licence on the hub if a model is gated, then `hf auth login` (or set HF_TOKEN); or fetch "
             "ahead with " + ", ".join(f"`hf download {n}`" for n in missing_hub) + " and set HF_HUB_OFFLINE=1.")
@@ -324,10 +318,9 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
             raise ValueError(f"{label}: no max_tokens given and the prompt carries none")
         requests.append(Request(label=label, prompt=prompt, max_tokens=int(budget)))
     report = run_checks(profile=profile, target_model=target_model, drafts=[draft_model] if draft_model else [],
-                        requests=requests, max_model_len=max_model_len,
-                        servers=servers, gpu_memory_utilization=gpu_memory_utilization,
-                        cpu_kv_cache_gib=cpu_kv_cache_gib, gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs,
-                        served_format=served_format)
+                        requests=requests, max_model_len=max_model_len, servers=servers,
+                        gpu_memory_utilization=gpu_memory_utilization, cpu_kv_cache_gib=cpu_kv_cache_gib,
+                        gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs, served_format=served_format)
     if not report.ok:
         raise PreflightError(report.message(), report)
     return report
