@@ -12,14 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from specdec_helpers.memory.catalog import (
-    GPUSpec,
-    ModelShape,
-    canonical_dtype,
-    dtype_bytes,
-    gpu_spec,
-    model_shape,
-)
+from specdec_helpers.memory.catalog import GPUSpec, ModelShape, canonical_dtype, dtype_bytes, gpu_spec, model_shape
 
 __all__ = ["GB", "GIB", "DEFAULT_FIXED_OVERHEAD_GB", "DEFAULT_PREFILL_CHUNK_TOKENS", "DEFAULT_MAX_NUM_SEQS",
            "BudgetError", "ContextTooLongError", "Budget", "weight_bytes", "kv_bytes_per_token", "kv_tokens_for_space",
@@ -79,10 +72,9 @@ def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], 
     """Tokens a KV space holds in whole blocks, for one model or several sharing one pool (a block holds
     ``block_size`` tokens of every layer of every model, as vLLM v1 cuts it: compare its "KV cache size:
     N tokens" log line). ``kv_dtype="auto"``: each model's own dtype."""
-    shapes = _as_shapes(shape_or_shapes)
     if block_size < 1:
         raise ValueError("block_size must be a positive number of tokens")
-    per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in shapes)
+    per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in _as_shapes(shape_or_shapes))
     if kv_space_bytes <= 0:
         return 0
     return math.floor(kv_space_bytes / (block_size * per_token)) * block_size
@@ -96,10 +88,8 @@ def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_p
     activated outputs, ~4 hidden-wide tensors, and the sampler's float32 logits. Target and draft
     run one after the other, so the peak is the larger model's."""
     act = dtype_bytes(activation_dtype)
-    peak = 0.0
-    for s in _as_shapes(shapes):
-        activations = prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
-        peak = max(peak, activations + max_num_seqs * s.vocab * 4)
+    peak = max((prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
+               + max_num_seqs * s.vocab * 4 for s in _as_shapes(shapes)), default=0.0)
     return DEFAULT_FIXED_OVERHEAD_GB + peak / GB
 
 
@@ -130,20 +120,17 @@ class Budget:
     max_concurrent_seqs_without_draft: int
 
     @property
-    def kv_bytes_per_token(self) -> float:
-        """What one cached token costs in the shared pool: target plus draft."""
+    def kv_bytes_per_token(self) -> float:  # in the shared pool: target plus draft
         return self.target_kv_bytes_per_token + self.draft_kv_bytes_per_token
 
     @property
-    def draft_concurrency_cost(self) -> int:
-        """Sequences of ``context_len`` tokens the draft takes away."""
+    def draft_concurrency_cost(self) -> int:  # sequences of ``context_len`` tokens the draft takes away
         return self.max_concurrent_seqs_without_draft - self.max_concurrent_seqs
 
     def as_rows(self) -> list[dict[str, Any]]:
         """Rows ``{"component", "gb"}`` of a stacked bar that adds up to the card; the KV pool is split
         in proportion to bytes per token, so the draft's hidden cost shows."""
-        per_token = self.kv_bytes_per_token
-        draft_share = self.draft_kv_bytes_per_token / per_token if per_token else 0.0
+        draft_share = self.draft_kv_bytes_per_token / self.kv_bytes_per_token if self.kv_bytes_per_token else 0.0
         rows = [
             ("target weights", self.target_weights_gb),
             ("draft weights", self.draft_weights_gb),
@@ -154,8 +141,7 @@ class Budget:
         ]
         return [{"component": c, "gb": round(gb, 3)} for c, gb in rows if self.draft is not None or "draft" not in c]
 
-    def summary(self) -> str:
-        """A few plain sentences for a notebook cell or a log."""
+    def summary(self) -> str:  # a few plain sentences
         gpus = f"{self.tensor_parallel} x {self.gpu.name}" if self.tensor_parallel > 1 else self.gpu.name
         per = " per GPU" if self.tensor_parallel > 1 else ""
         draft = f" and the draft {self.draft} {self.draft_weights_gb:.1f} GB" if self.draft is not None else ""
@@ -187,8 +173,8 @@ def _check_split(shape: ModelShape, tensor_parallel: int) -> None:
 
 
 def _suggest_tp(shapes: list[ModelShape], weight_dtype: str, reserve_gb: float, usable_gb: float, current: int) -> int:
-    """The smallest power-of-two multiple of ``current`` up to 64 whose weight share fits next to the
-    reserve and whose head split vLLM accepts; ``current * 2`` when none does."""
+    """The smallest power-of-two multiple of ``current`` up to 64 whose weight share fits next to the reserve and
+    whose head split vLLM accepts; ``current * 2`` when none does."""
     total = sum(weight_bytes(s, weight_dtype) for s in shapes) / GB
     candidates = (tp for tp in (current * 2**i for i in range(1, 7)) if tp <= 64)
     fits = (tp for tp in candidates if all(s.heads % tp == 0 for s in shapes) and total / tp + reserve_gb <= usable_gb)
@@ -211,17 +197,16 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
         raise ValueError("tensor_parallel must be a whole number of GPUs, at least 1")
     if context_len < 1:
         raise ValueError("context_len must be at least one token")
-    tensor_parallel = int(tensor_parallel)
-    spec = gpu_spec(gpu)
+    tensor_parallel, spec = int(tensor_parallel), gpu_spec(gpu)
     target_name, t_shape = _resolve(target)
     d_name, d_shape = _resolve(draft) if draft is not None else (None, None)
-    shapes = [t_shape] + ([d_shape] if d_shape is not None else [])
+    shapes = [s for s in (t_shape, d_shape) if s is not None]
     for s in shapes:
         _check_split(s, tensor_parallel)
     act_dtype = "fp32" if canonical_dtype(weight_dtype, t_shape) == "fp32" else "bf16"
     usable_gb = spec.memory_gb * gpu_memory_utilization
-    t_weights = weight_bytes(t_shape, weight_dtype) / tensor_parallel / GB
-    d_weights = weight_bytes(d_shape, weight_dtype) / tensor_parallel / GB if d_shape else 0.0
+    t_weights, d_weights = (weight_bytes(s, weight_dtype) / tensor_parallel / GB if s else 0.0
+                            for s in (t_shape, d_shape))
     if overhead_gb is None:
         reserve = estimate_overhead_gb(shapes, tensor_parallel, act_dtype)
         reserve_alone = estimate_overhead_gb([t_shape], tensor_parallel, act_dtype)
@@ -235,8 +220,7 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                           f"activations and overhead), the card gives {usable_gb:.1f} GB at this utilization "
                           f"({spec.memory_gb:g} GB x {gpu_memory_utilization:g}); try tensor_parallel={tp}, "
                           f"a lower dtype or a bigger GPU")
-    t_kv = kv_bytes_per_token(t_shape, kv_dtype, tensor_parallel)
-    d_kv = kv_bytes_per_token(d_shape, kv_dtype, tensor_parallel) if d_shape else 0.0
+    t_kv, d_kv = (kv_bytes_per_token(s, kv_dtype, tensor_parallel) if s else 0.0 for s in (t_shape, d_shape))
     kv_pool_gb = usable_gb - need
     blocks_per_seq = math.ceil(context_len / block_size)
     kv_tokens = kv_tokens_for_space(shapes, kv_pool_gb * GB, block_size, kv_dtype, tensor_parallel)
@@ -248,15 +232,14 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                                   f"gpu_memory_utilization, use kv_dtype='fp8' or more GPUs", max_context_len=kv_tokens)
     tokens_alone = kv_tokens_for_space(t_shape, (usable_gb - t_weights - reserve_alone) * GB, block_size, kv_dtype,
                                        tensor_parallel)
-    return Budget(
-        gpu=spec, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel=tensor_parallel,
-        context_len=context_len, block_size=block_size, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-        target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
-        draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb, target_kv_bytes_per_token=t_kv,
-        draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens, max_concurrent_seqs=max_seqs,
-        kv_tokens_without_draft=tokens_alone,
-        max_concurrent_seqs_without_draft=(tokens_alone // block_size) // blocks_per_seq,
-    )
+    return Budget(gpu=spec, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel=tensor_parallel,
+                  context_len=context_len, block_size=block_size, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                  target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
+                  draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb,
+                  target_kv_bytes_per_token=t_kv, draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens,
+                  max_concurrent_seqs=max_seqs,
+                  kv_tokens_without_draft=tokens_alone,
+                  max_concurrent_seqs_without_draft=(tokens_alone // block_size) // blocks_per_seq)
 
 
 def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kwargs: Any) -> int:
@@ -272,13 +255,10 @@ def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kw
 
 def talk_setup(gpu: Union[str, GPUSpec] = "RTX PRO 6000 Blackwell", gpu_memory_utilization: float = 0.45,
                context_len: int = 8192, overhead_gb: float | None = None) -> dict[str, Budget]:
-    """The talk's demo as this project reconstructs it: two servers (vLLM cannot switch speculation per request)
-    on one Blackwell card. The talk states only "about 16 GB" of baseline weights and a "2.5" GB draft; the
-    models (``"baseline"`` Llama-3.1-8B-Instruct, ``"speculative"`` with Llama-3.2-1B-Instruct), the 96 GB
-    RTX PRO 6000 and 0.45 each (the speculative server pays for the draft's weights and KV cache out of the
-    same 43.2 GB) are inferred from those sizes, not stated (notebook 03, section 2, says why)."""
+    """The talk's demo as this project reconstructs it: two servers on one Blackwell card. The talk states only
+    "about 16 GB" of baseline weights and a "2.5" GB draft; the models (Llama-3.1-8B-Instruct, with
+    Llama-3.2-1B-Instruct), the 96 GB RTX PRO 6000 and 0.45 each are inferred from those sizes (notebook 03)."""
     common = dict(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, context_len=context_len,
                   overhead_gb=overhead_gb)
-    target = "meta-llama/Llama-3.1-8B-Instruct"
-    return {"baseline": plan_budget(target, **common),
-            "speculative": plan_budget(target, draft="meta-llama/Llama-3.2-1B-Instruct", **common)}
+    return {setup: plan_budget("meta-llama/Llama-3.1-8B-Instruct", draft, **common)
+            for setup, draft in (("baseline", None), ("speculative", "meta-llama/Llama-3.2-1B-Instruct"))}

@@ -4,6 +4,7 @@ Names match loosely (case and punctuation do not matter) and nothing touches the
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping
@@ -33,8 +34,7 @@ class UnknownGPUError(ValueError):
 
 
 class ConfigError(ValueError):
-    """A config.json that lacks a field the calculator needs, or a model it cannot size (MoE).
-    Each error here is a ValueError, so callers that only know "bad input" still catch them."""
+    """A config.json that lacks a field the calculator needs, or a model it cannot size (MoE)."""
 
 
 def _norm_key(name: str) -> str:
@@ -89,7 +89,6 @@ class GPUSpec:
 
 
 def known_gpus() -> list[str]:
-    """Names of the GPUs in ``data/models/gpus.json``."""
     return list(_GPUS)
 
 
@@ -113,10 +112,8 @@ def match_gpu(detected: str | None) -> GPUSpec | None:
     if not detected:
         return None
     name = str(detected).split(",")[0]
-    try:
+    with contextlib.suppress(UnknownGPUError):
         return gpu_spec(name)
-    except UnknownGPUError:
-        pass
     key = _norm_key(name).removeprefix("nvidia").removeprefix("geforce")
     for pattern, canonical in _TABLES["detected_gpu_patterns"]:
         if re.search(pattern, key):
@@ -151,13 +148,11 @@ class ModelShape:
         return self.vocab * self.hidden
 
     @property
-    def lm_head_params(self) -> int:
-        """Zero when the output projection shares the embedding table (tied)."""
+    def lm_head_params(self) -> int:  # zero when tied to the embedding table
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     @property
-    def parameter_count(self) -> int:
-        """Embeddings + layers + final norm + untied LM head."""
+    def parameter_count(self) -> int:  # embeddings + layers + final norm + untied LM head
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         # A layer: q, k, v, o projections (with the family's biases and q/k norms), the MLP, two norms.
         attention = 2 * self.hidden * q_out + 2 * self.hidden * kv_out

@@ -1,6 +1,5 @@
 """Notebook 03's memory budgets as tidy tables, seaborn figures (the title states the finding, the caption
-the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting.
-"""
+the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,9 +25,7 @@ CONTEXT_CHOICES = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 def short_name(model: str | None, drop_suffix: bool = False) -> str:
     """``"meta-llama/Llama-3.1-8B-Instruct"`` -> ``"Llama-3.1-8B-Instruct"`` (``drop_suffix``: ``"Llama-3.1-8B"``)."""
-    if not model:
-        return "no draft"
-    name = str(model).rstrip("/").split("/")[-1]
+    name = str(model).rstrip("/").split("/")[-1] if model else "no draft"
     return name.removesuffix("-Instruct") if drop_suffix else name
 
 
@@ -169,13 +166,11 @@ class BudgetExplorer:
             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "context_len": int(context_len),
             "tensor_parallel": int(tensor_parallel),
         }
-        self.budget: Budget | None = None
-        self.error: str | None = None
         self.widget = self._chart = self._words = None  # the controls and display handles, set by show()
         self._syncing = False
         self._plan()
 
-    def _plan(self) -> None:
+    def _plan(self) -> None:  # sets ``budget``, or ``error`` when it does not fit
         try:
             self.budget, self.error = memory.plan_budget(**self.state), None
         except ValueError as exc:  # every calculator error is a ValueError
