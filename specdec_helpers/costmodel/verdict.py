@@ -1,8 +1,5 @@
-"""Turn measured numbers into a decision, with its reasons in plain words.
-
-The rule itself is the notebook's (07 defines it, where a reader can disagree and change it): ``decide``
-calls it once per condition to say which one held, and once with all of them for the verdict.
-"""
+"""Turn measured numbers into a decision, with its reasons in plain words. The rule is notebook 07's (where a
+reader can change it): ``decide`` calls it once per condition to say which held, and once for the verdict."""
 
 from __future__ import annotations
 
@@ -15,22 +12,16 @@ from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
 #: rule(speedup_ci_low, predicted_at_concurrency, fits) -> enable?
 Rule = Callable[[float, float, bool], bool]
 
-#: a gain smaller than this is not worth a second model, its memory and its start-up (notebooks take it as
-#: their ``min_gain`` parameter)
+#: a gain smaller than this is not worth a second model, its memory and its start-up (notebooks' ``min_gain``)
 MIN_GAIN = 0.05
 FASTER, SMALL_GAIN, NOT_DISTINGUISHABLE, SLOWER = ("faster", "faster, but by less than min_gain",
                                                   "not distinguishable from 1x", "slower")
 
 
 def speedup_reading(point: float, low: float, high: float, n: int, min_gain: float = MIN_GAIN) -> str:
-    """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words.
-    Notebook 04 shows it; 05 and 07 apply it. Only FASTER means "enable it".
-
-    - no interval (fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` prompts): no verdict, only the range;
-    - the whole interval above 1 + min_gain: FASTER;
-    - the whole interval below 1: SLOWER;
-    - above 1 but not by min_gain: SMALL_GAIN (real, yet not worth a second model);
-    - otherwise the run cannot tell it from 1x: NOT_DISTINGUISHABLE."""
+    """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words,
+    shown in notebook 04 and applied in 05 and 07; only FASTER (the whole interval above 1 + min_gain) means
+    "enable it". Without an interval (too few prompts) there is no verdict."""
     if not math.isfinite(point):
         return "not measured"
     if n < MIN_VALUES_FOR_INTERVAL or not (math.isfinite(low) and math.isfinite(high)):
@@ -45,8 +36,7 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
 
 
 def decision_side(speedup: float, min_gain: float = MIN_GAIN) -> str:
-    """The side of the rule's thresholds one speedup lies on, without its interval (comparing a run's point with a
-    reference's): "a loss" (below 1), "a gain too small" (up to 1 + min_gain), "a gain"."""
+    """The side of the rule's thresholds a speedup lies on, without its interval (a run's point vs a reference's)."""
     return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + min_gain else "a gain"
 
 
