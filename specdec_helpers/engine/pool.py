@@ -153,7 +153,6 @@ class ServerPool:
         self.path = self.folder / "ledger.json"
         self.lock = FileLock(str(self.folder / "ledger.lock"))
 
-    # -- the ledger ------------------------------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
             return {"entries": {}, "events": [], "measurements": {}}
@@ -174,7 +173,6 @@ class ServerPool:
         data["events"].append({"event": what, "key": entry.key, "name": entry.name, "time": round(time.time(), 1),
                                "notebook": os.environ.get(NOTEBOOK_ENV, ""), "startup_s": entry.startup_s})
 
-    # -- what VLLMServer.start and stop call -------------------------------------------------------------
     def acquire(self, server: VLLMServer) -> None:
         """Attach ``server`` to the running server of its configuration, or start that one (and make room)."""
         key = server.pool_key()
@@ -239,10 +237,8 @@ class ServerPool:
                 self._write(data)
 
     def _stop_idle_until(self, data: dict[str, Any], enough: Callable[[int], bool]) -> int:
-        """Stop idle servers, the least used first, then the least recently used (the target alone and with its
-        draft serve most notebooks; n-gram lookup and the draft alone, a few), until ``enough(reserve)``;
-        ``reserve`` (see :func:`reserve_bytes`) is read once: stopping our own servers does not change it.
-        Returns how many it stopped."""
+        """Stop idle servers, the least used, then the least recently used first, until ``enough(reserve)``; returns
+        how many. ``reserve`` (:func:`reserve_bytes`) is read once: stopping our own servers does not change it."""
         reserve = reserve_bytes({e.pgid for e in data["entries"].values()})
         stopped = 0
         for entry in sorted((e for e in data["entries"].values() if e.idle()), key=lambda e: (e.uses, e.last_used)):
@@ -273,12 +269,11 @@ class ServerPool:
         return stopped
 
     def make_room(self, nbytes: int) -> int:
-        """Stop idle servers (in the same order) until ``nbytes`` (plus the margin) are free; for a
-        kernel that needs memory of its own (notebook 01 loads both models). Returns how many it stopped."""
+        """Stop idle servers until ``nbytes`` (plus the margin) are free, for a kernel that needs memory of its own
+        (notebook 01 loads both models). Returns how many it stopped."""
         return self._locked_stop_idle_until(
             lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
 
-    # -- what the owner calls --------------------------------------------------------------------------
     def reclaimable_bytes(self) -> int:
         """Memory of idle shared servers: a new start may take it (the preflight counts it as free)."""
         with self.lock:
@@ -289,8 +284,7 @@ class ServerPool:
         return self._locked_stop_idle_until(lambda _: False)
 
     def stop_all(self) -> list[int]:
-        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the process groups that are
-        still alive afterwards (none, when every server stopped)."""
+        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the groups still alive."""
         with self.lock:
             data = self._read()
             groups = [e.pgid for e in data["entries"].values()]
@@ -332,8 +326,7 @@ def active_pool() -> ServerPool | None:
 
 
 def make_room(nbytes: int) -> int:
-    """Inside ``make run``: stop idle shared servers until ``nbytes`` are free (see ServerPool.make_room).
-    Outside it there are none, and this does nothing."""
+    """Inside ``make run``: stop idle shared servers until ``nbytes`` are free; outside it there are none."""
     pool = active_pool()
     return pool.make_room(int(nbytes)) if pool else 0
 

@@ -1,12 +1,8 @@
-"""Run one shared vLLM server for as long as the run that owns it lives.
+"""``python -P pool_guard.py OWNER_PID -- COMMAND...``: run one shared vLLM server while the run owning it lives.
 
-    python -P specdec_helpers/engine/pool_guard.py OWNER_PID -- COMMAND...
-
-A shared server outlives the notebook kernel that started it, so it cannot die with its parent (the
-kernel) as a notebook's own server does. This guard leads the server's process group: it starts the
-command (which dies with the guard), checks twice a second that the owner (``tools.run_series``) is alive,
-and when the owner is gone, however it ended, stops the whole group. It runs as a script, by path, and
-imports nothing of this package (the kernel's sys.path is not the server's).
+A shared server outlives the kernel that started it, so it cannot die with its parent. This guard leads its
+process group, checks twice a second that the owner (``tools.run_series``) is alive, and once it is gone,
+however it ended, stops the group. Run by path, it imports nothing of this package (sys.path is the server's).
 """
 
 from __future__ import annotations

@@ -64,11 +64,8 @@ def free_port(port: int = 0) -> int:
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
 class VLLMServer:
-    """One vLLM OpenAI-compatible server process; use it as a context manager.
-
-    ``speculative_config``: vLLM's ``--speculative-config`` (:func:`ngram_config`, :func:`draft_model_config`);
-    ``chat_template_kwargs``: every chat request's defaults (a request's own still win).
-    """
+    """One vLLM OpenAI-compatible server process; use it as a context manager. ``speculative_config``: vLLM's
+    ``--speculative-config`` (``spec_config``); ``chat_template_kwargs``: every chat request's defaults."""
 
     model: str | os.PathLike
     name: str = "baseline"
@@ -141,8 +138,7 @@ class VLLMServer:
         return self.process is not None and self.process.poll() is None
 
     @property
-    def pooled(self) -> bool:
-        """True while this handle uses a shared server of the run's pool."""
+    def pooled(self) -> bool:  # while this handle uses a shared server of the run's pool
         return self._entry is not None
 
     def client(self):  # -> openai.OpenAI
@@ -159,8 +155,7 @@ class VLLMServer:
         return cpu_serving_format(self.dtype) if self.on_cpu else self.dtype
 
     def served_path(self, model: str | os.PathLike) -> str:
-        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it), else
-        itself."""
+        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it)."""
         if self.served_format != "int8":
             return _absolute(model)
         from specdec_helpers.models.quantize import int8_path
@@ -187,8 +182,7 @@ class VLLMServer:
                 else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)])
         if self.speculative_config:
             config = self.speculative_config | ({"model": self.served_path(self.draft)} if self.draft else {})
-            # each response then carries its own acceptance (metrics.speculative_decoding): steps, a histogram
-            # of drafts accepted per step and the per-step arrays, for requests that run side by side too
+            # each response then carries its own acceptance (metrics.speculative_decoding), in parallel requests too
             cmd += ["--speculative-config", json.dumps(config), "--per-request-spec-decode-metrics", "detailed"]
         if self.chat_template_kwargs:
             cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
@@ -332,7 +326,7 @@ class VLLMServer:
     def __enter__(self) -> "VLLMServer":
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *_) -> None:
         self.stop()
 
     def __del__(self) -> None:  # a forgotten server in a notebook cell still goes away
@@ -341,7 +335,6 @@ class VLLMServer:
 
 
 def healthy(base_url: str, timeout_s: float = 2.0) -> bool:
-    """True when the server at ``base_url`` answers ``/health`` with 200."""
     with contextlib.suppress(requests.RequestException):
         return requests.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
     return False
@@ -380,8 +373,7 @@ def surviving_processes() -> list[int]:
 
 
 @atexit.register
-def stop_all() -> None:
-    """Stop every server this process started."""
+def stop_all() -> None:  # every server this process started
     for server in list(_live_servers):
         server.stop()
 
