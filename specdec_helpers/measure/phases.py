@@ -1,8 +1,6 @@
-"""Measure prefill, decode and the cost v(k) of verifying k drafts (relative to a decode step).
-
-Prefill is one compute-bound pass speculation cannot help; decode is memory-bound, one token a pass, and
-is what it attacks; v(k) is what that costs (near 1 on a GPU at small batch, more on a CPU). Passes over
-n new tokens are timed (k drafts: n = k + 1), with token-id prompts: exact lengths, no chat template.
+"""Measure prefill (compute-bound, speculation cannot help), decode (memory-bound, what it attacks) and the cost
+v(k) of verifying k drafts relative to a decode step: passes over n = k + 1 new tokens, timed with token-id
+prompts (exact lengths, no chat template).
 """
 
 from __future__ import annotations
@@ -51,30 +49,28 @@ def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: i
     return pd.DataFrame(rows)
 
 
+def token_arrivals(client, server: VLLMServer, prompt_ids: list[int], max_tokens: int) -> list[float]:
+    """When each token of a streamed greedy completion arrived (``ignore_eos``: exactly ``max_tokens`` of them)."""
+    stream = client.completions.create(model=server.served_model_name, prompt=prompt_ids, max_tokens=max_tokens,
+                                       temperature=0.0, stream=True, extra_body={"ignore_eos": True})
+    return [time.perf_counter() for chunk in stream if chunk.choices and chunk.choices[0].text]
+
+
 def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3,
                     prompt_tokens: int = ITL_PROMPT_TOKENS, seed: int = 0) -> pd.DataFrame:
     """Gap before each output token of a streamed answer (baseline server: one token per chunk)."""
-    client = server.client()
-    rows = []
+    client, rows = server.client(), []
     for repeat in range(repeats):
-        prompt = random_token_prompt(prompt_tokens, seed=seed + repeat)
-        stream = client.completions.create(model=server.served_model_name, prompt=prompt, max_tokens=output_tokens,
-                                           temperature=0.0, stream=True, extra_body={"ignore_eos": True})
-        previous, position = None, 0
-        for chunk in stream:
-            now = time.perf_counter()
-            if not chunk.choices or not chunk.choices[0].text:
-                continue
-            if previous is not None:
-                rows.append({"position": position, "repeat": repeat, "itl_s": now - previous})
-            previous, position = now, position + 1
+        arrivals = token_arrivals(client, server, random_token_prompt(prompt_tokens, seed=seed + repeat), output_tokens)
+        rows += [{"position": i, "repeat": repeat, "itl_s": b - a}
+                 for i, (a, b) in enumerate(zip(arrivals, arrivals[1:]), start=1)]
     return pd.DataFrame(rows)
 
 
 def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
                             settle_s: float = 2.0) -> dict[str, float]:
-    """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic, log stats
-    on) and by the client (``wall_s``). vLLM 0.32 records them before answering; the wait guards a later one."""
+    """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic) and by the
+    client (``wall_s``). vLLM 0.32 records them before answering; the wait guards a later one."""
     prefill, decode = metrics.PREFILL_TIME, metrics.DECODE_TIME
     before = metrics.read_histograms(server.base_url, [prefill, decode])
     wall = time_completion(server, prompt_ids, max_tokens=max_tokens)
@@ -92,7 +88,7 @@ def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_token
 def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
     """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
-    of each n (a slow moment hits all n alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
+    of every n (a slow moment hits all alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
     if base_tokens % KV_BLOCK_TOKENS:
         raise ValueError(f"base_tokens must be a multiple of {KV_BLOCK_TOKENS} so the whole prefix is cached")
     if repeats < 3:
@@ -143,8 +139,7 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
     point = _v_of_rounds(passes, steps)
     picks = np.random.default_rng(seed).integers(0, len(wide), size=(n_resamples, len(wide)))
     boot = _v_of_rounds(passes[picks], steps[picks])
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [tail, 1.0 - tail], axis=0)
+    low, high = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
     if (point <= 0).any() or (low <= 0).any():
         raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
                          f"from {np.round(low, 3).tolist()}): the machine was too busy while v(k) was timed. "
