@@ -5,6 +5,7 @@ so that an interrupted run never leaves a half-written one behind."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -32,6 +33,14 @@ def models_dir() -> Path:
 
 def wheels_dir() -> Path:
     return cache_root() / "wheels"
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file's content, or {} when it is missing or unreadable (a manifest not yet written)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def sha256_of(path: Path) -> str:

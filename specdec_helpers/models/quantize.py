@@ -1,11 +1,9 @@
-"""INT8 copies of the served models (W8A8), for CPUs that multiply int8 natively (VNNI, AMX-INT8).
+"""INT8 copies of the served models (W8A8), for CPUs that multiply int8 natively (VNNI, AMX-INT8): decoding is
+memory-bound, and int8 weights are half of bf16's bytes.
 
-Why: decoding is memory-bound, and int8 weights are half of bf16's bytes; vLLM's CPU int8 kernel (oneDNN)
-uses VNNI for the products. The scheme needs no calibration data: every Linear of the decoder layers gets
-int8 weights with one symmetric scale per output channel, activations are quantized per token at run time
-(dynamic), embeddings and ``lm_head`` stay as they were. compressed-tensors (the format vLLM reads,
-``quant_method: compressed-tensors``) applies the scheme, computes the scales and writes the checkpoint; a
-copy is built once per source model, atomically, in the model cache (``model_cache.build_once``).
+No calibration data: every Linear of the decoder layers gets int8 weights with one symmetric scale per output
+channel, activations are quantized per token at run time, embeddings and ``lm_head`` stay as they were.
+compressed-tensors (the format vLLM reads) writes the checkpoint, built once per source model in the cache.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterator
 
-from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, sha256_of
+from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, read_json, sha256_of
 
 #: part of the cache key: bump it when the scheme below changes, and every copy is rebuilt
 SCHEME = "w8a8-int8-channel-token-dynamic-v1"
@@ -40,11 +38,7 @@ def source_id(model_dir: Path) -> str:
 
 def is_int8_checkpoint(model_dir: Path) -> bool:
     """True for a folder this module wrote (or any compressed-tensors int8 checkpoint)."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return config.get("quantization_config", {}).get("format") == "int-quantized"
+    return read_json(Path(model_dir) / "config.json").get("quantization_config", {}).get("format") == "int-quantized"
 
 
 def quantize_int8(source: Path, out: Path) -> None:
@@ -113,10 +107,7 @@ def int8_checkpoint(model_dir: str | Path) -> Path:
     final, wanted = int8_path(source), source_id(source)
 
     def is_current(folder: Path) -> bool:
-        try:
-            manifest = json.loads((folder / MANIFEST_NAME).read_text())
-        except (OSError, ValueError):
-            return False
+        manifest = read_json(folder / MANIFEST_NAME)
         return manifest.get("source_id") == wanted and manifest.get("scheme") == SCHEME
 
     def build(tmp: Path) -> None:

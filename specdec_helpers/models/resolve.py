@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import requests
-from huggingface_hub import (  # a dependency of transformers
-    snapshot_download,
-    try_to_load_from_cache,
-)
+from huggingface_hub import snapshot_download, try_to_load_from_cache  # a dependency of transformers
 
 from specdec_helpers.models import drafts
 from specdec_helpers.models.model_cache import ModelError
