@@ -1,7 +1,5 @@
-"""Medians, quartiles and bootstrap intervals for honest timing comparisons. Timings on a shared machine are
-noisy and skewed (a run that collides with a background job is slow, never fast), so the notebooks report
-medians with intervals; with a handful of prompts, the interval says how far a speedup could move on a rerun.
-"""
+"""Medians, quartiles and bootstrap intervals: timings on a shared machine are noisy and skewed (a run that
+collides with a background job is slow, never fast), so the notebooks report medians with intervals."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import numpy as np
 def _as_clean_array(values: Iterable[float], what: str = "values") -> np.ndarray:
     """1-D float array with NaNs dropped (a failed run is a missing value, not a zero)."""
     try:
-        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float).ravel()
+        arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float).ravel()
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be numbers") from None
     arr = arr[~np.isnan(arr)]
@@ -37,8 +35,8 @@ def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
 
 
 def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
-    """The ``q``-th percentile (0 < q <= 100) by nearest rank: a tail latency one request really had, which with
-    the 2 or 4 requests per level of a CPU run never falls below the median (p90 of two is the larger one)."""
+    """The ``q``-th percentile (0 < q <= 100) by nearest rank: a latency one request really had, which with the few
+    requests per level of a CPU run never falls below the median."""
     if not 0 < q <= 100:
         raise ValueError(f"q must be in (0, 100], got {q}")
     return float(np.percentile(_as_clean_array(values), q, method="inverted_cdf"))  # nearest rank

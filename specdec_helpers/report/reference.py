@@ -1,8 +1,6 @@
-"""What you should see: each notebook's key numbers (``SPEC``, data/reference/spec.yaml) next to a
-committed reference run (data/reference/<profile>.json, built by tools/build_reference.py).
-
-Numbers are noisy, so a difference outside the noise says what to check and never fails a notebook.
-Paths use ``/`` between keys, ``*`` for any key, and ``name[field=*]`` to pick a list's dicts by a field.
+"""What you should see: each notebook's key numbers (``SPEC``, data/reference/spec.yaml) next to a committed
+reference run (data/reference/<profile>.json, tools/build_reference.py). A difference outside the noise says what
+to check and never fails a notebook. Paths: ``/`` between keys, ``*`` any key, ``name[field=*]`` a list's dicts.
 """
 
 from __future__ import annotations
@@ -76,8 +74,7 @@ def _expand(value: Any, parts: list[str], prefix: tuple[str, ...] = ()) -> Itera
             yield from _expand(value[key], parts[1:], prefix + (str(key),))
 
 
-def expand(records: dict[str, Any], path: str) -> dict[str, Any]:
-    """All concrete paths (and their values) that ``path`` matches in ``records``."""
+def expand(records: dict[str, Any], path: str) -> dict[str, Any]:  # every concrete path ``path`` matches
     return dict(_expand(records, [part for part in path.split("/") if part]))
 
 
