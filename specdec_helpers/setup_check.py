@@ -41,9 +41,8 @@ def greedy_answer(server, messages: Sequence[dict], max_tokens: int) -> GreedyAn
 
 @dataclass(frozen=True)
 class Divergence:
-    """Where another server's greedy answer leaves the baseline's, read from the baseline's log-probabilities.
-    ``logit_gap`` = log p(baseline token) - log p(other token), the difference of their logits; a lower
-    bound (``gap_is_lower_bound``) when the other token is not among the baseline's top candidates."""
+    """Where another greedy answer leaves the baseline's; ``logit_gap`` = log p(baseline token) - log p(other
+    token), a lower bound when the other token is not among the baseline's top candidates."""
 
     char_offset: int
     position: int | None

@@ -1,6 +1,5 @@
-"""Turn tidy per-request rows (``measure.measure_prompts``) into the notebooks' tables. Acceptance is pooled
-(vLLM's definition) with an interval that bootstraps that same ratio over requests (prompts differ far more
-than repeats do); speedups are paired: the same prompt, repeat and temperature on both servers.
+"""Turn tidy per-request rows (``measure.measure_prompts``) into the notebooks' tables: acceptance pooled (vLLM's
+definition) with a bootstrap over requests, speedups paired (same prompt, repeat and temperature on both servers).
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "b
 
 def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperature"),
                  baseline: str = "baseline", seed: int = 0) -> pd.DataFrame:
-    """One row per server and cell: acceptance (pooled, with a CI), decode speed, and speedup (with a CI); the
-    intervals are NaN where the cell has fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` requests, and the
-    speedup's range over them is given instead (``speedup_min``, ``speedup_max``)."""
+    """One row per server and cell: acceptance and speedup with their intervals (NaN for too few requests, with
+    the speedup's range instead), decode speed."""
     joined = paired(add_time_per_token(results), ["s_per_token", "decode_tokens_per_s"], baseline)
     rows = []
     for key, cell in joined.groupby(["server", *by], sort=True):
@@ -75,16 +73,14 @@ def per_position_long(summary: pd.DataFrame, label_cols: Sequence[str]) -> pd.Da
 
 
 def first_difference(a: Sequence, b: Sequence) -> int | None:
-    """Where two sequences (strings or token lists) first differ; the shorter's length if one is a prefix of
-    the other; None when they are equal."""
+    """Where two sequences first differ (the shorter's length if one is a prefix of the other); None if equal."""
     i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return None if i == len(a) == len(b) else i
 
 
 def greedy_agreement(results: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
-    """At temperature 0, is each speculative answer the baseline's, character for character? Lossless in exact
-    arithmetic, but the verify pass's batched product rounds differently, so a near-tie of the target's top two
-    tokens can flip: ``first_difference`` is the character where they part, or -1."""
+    """At temperature 0, is each speculative answer the baseline's, character for character (lossless only in exact
+    arithmetic)? ``first_difference``: the character where they part, or -1."""
     rows = []
     for _, r in paired(results[results["temperature"] == 0], "text", baseline).iterrows():
         a, b = str(r["baseline_text"]), str(r["text"])

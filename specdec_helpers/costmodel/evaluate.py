@@ -100,8 +100,7 @@ def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> Draft
 
 def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, *, k: int, c: float, max_k: int,
                         by_class: str | None = None) -> dict:
-    """Acceptance, cost, the model's prediction and the measured speedups for one candidate; ``best_k`` is
-    searched over 0..``max_k`` (the notebook says why it stops there)."""
+    """Acceptance, cost, the model's prediction and the measured speedups for one candidate (best_k in 0..max_k)."""
     both = pd.concat([baseline.results, rows], ignore_index=True)
     both = analysis.add_time_per_token(both[both["class"] == by_class] if by_class else both)
     spec = both[both["server"] == candidate]
@@ -133,8 +132,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
 
 
 def draft_coverage(spec_rows: pd.DataFrame) -> float:
-    """Coverage f: the share of decode steps that carried a draft (the one definition theory's ``coverage`` takes).
-    A step with a draft yields 1 + accepted tokens, one without yields 1, and prefill gives the first token."""
+    """Coverage f, the share of decode steps that carried a draft: one yields 1 + accepted tokens, one without 1."""
     drafts, accepted = spec_rows["drafts"].sum(), spec_rows["accepted_tokens"].sum()
     plain = max((spec_rows["completion_tokens"] - 1).clip(lower=0).sum() - drafts - accepted, 0)
     return float(drafts / (drafts + plain)) if drafts + plain else 0.0

@@ -1,6 +1,5 @@
-"""Measured alpha and c of *other* target/draft pairs (cpu-tiny's distilled drafts in data/drafts/manifest.json,
-reference runs of other profiles in data/reference/), each row saying where its numbers come from, for notebook
-04 to set next to its live candidates. ``break_even_alpha_free_verify``: the floor c alone sets (v = 1).
+"""Measured alpha and c of *other* target/draft pairs (the distilled drafts' manifest, other profiles' reference
+runs), each row saying where its numbers come from, for notebook 04 to set next to its live candidates.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ def row(pair: str, candidate: str, source: str, *, k: int, c: float | None, acce
 
 
 def manifest_rows(target_parameters: float | None = None, manifest: str | Path = MANIFEST) -> list[dict[str, Any]]:
-    """cpu-tiny's distilled drafts as vLLM measured them (structured prompts) when made; ``target_parameters``
-    gives the size ratio."""
+    """cpu-tiny's distilled drafts as vLLM measured them (structured prompts) when they were made."""
     path = Path(manifest)
     if not path.is_file():
         return []

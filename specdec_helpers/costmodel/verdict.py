@@ -72,9 +72,8 @@ class Verdict:
 
 def decide(best: dict[str, Any], *, rule: Rule, min_gain: float, by_class: dict[str, dict[str, Any]],
            concurrency: int, predicted_at_concurrency: float, memory: dict[str, Any] | None) -> Verdict:
-    """``best``: the summary (``evaluate.summarize_candidate``) of the best candidate on all prompts;
-    ``by_class``: the same per prompt class; ``memory``: the draft's budget cost (or None on a CPU);
-    ``min_gain``: the margin ``rule`` uses, for the words only."""
+    """``best``: the best candidate's ``evaluate.summarize_candidate`` on all prompts, ``by_class`` per prompt class;
+    ``memory``: the draft's budget cost (None on a CPU); ``min_gain``: the margin ``rule`` uses, for the words."""
     gain, low = best["measured_speedup"], best["speedup_ci_low"]
     fits = memory.get("fits", True) if memory else True
     clear_gain = bool(rule(low, math.inf, True))  # each condition alone: the others set to pass

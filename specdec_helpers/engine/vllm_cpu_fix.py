@@ -16,8 +16,7 @@ logger = logging.getLogger(__name__)
 
 def expand_batch_values(output, input_val, cu_num_tokens, replace_from, replace_to,
                         MAX_NUM_TOKENS=None) -> None:  # noqa: N803 - kernel's own argument name
-    """Write ``input_val[i]`` (``replace_from`` mapped to ``replace_to``) into request i's slice
-    ``output[cu[i-1]:cu[i]]``, in place, for tensors of any dtype."""
+    """Write ``input_val[i]`` (``replace_from`` mapped to ``replace_to``) into ``output[cu[i-1]:cu[i]]``, any dtype."""
     import torch
 
     counts = torch.diff(cu_num_tokens.to(torch.int64),

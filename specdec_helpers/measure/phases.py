@@ -1,7 +1,5 @@
-"""Measure prefill (compute-bound, speculation cannot help), decode (memory-bound, what it attacks) and the cost
-v(k) of verifying k drafts relative to a decode step: passes over n = k + 1 new tokens, timed with token-id
-prompts (exact lengths, no chat template).
-"""
+"""Measure prefill (compute-bound: speculation cannot help), decode (memory-bound: what it attacks) and the cost
+v(k) of verifying k drafts, passes over n = k + 1 new tokens, with token-id prompts (exact lengths)."""
 
 from __future__ import annotations
 
@@ -117,8 +115,8 @@ def _v_of_rounds(passes: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
-    """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step: subtracting
-    the 1-position pass cancels a new request's scheduling and prefix lookup; medians keep one pass's noise out."""
+    """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step (subtracting the
+    1-position pass cancels a new request's scheduling and prefix lookup)."""
     one = df.loc[df["k"] == 1, "engine_s"].median()
     step = df["decode_step_s"].median()
     if not (one > 0 and step > 0):
@@ -128,8 +126,8 @@ def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
                           seed: int = 0) -> pd.DataFrame:
-    """Per n: v (add_verify_ratio's, over all rounds), single passes' quartiles and a bootstrap interval over
-    whole rounds (so the unit's uncertainty is in it: the cost model divides by v). v <= 0 is a broken run."""
+    """Per n: v over all rounds, single passes' quartiles and a bootstrap interval over whole rounds (so the decode
+    step's uncertainty is in it). v <= 0 is a broken run."""
     wide = df.pivot(index="repeat", columns="k", values="engine_s").sort_index(axis=1)
     steps = df.groupby("repeat")["decode_step_s"].first().reindex(wide.index).to_numpy(dtype=float)
     passes = wide.to_numpy(dtype=float)

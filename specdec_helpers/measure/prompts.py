@@ -1,6 +1,5 @@
-"""Prompt sets: load, check and subsample the JSONL files the experiments run on (data/prompts/README.md); long
-documents. The loader is strict: a skipped or mangled prompt measures something else, so every problem is a
-PromptFileError naming the file, the line and the problem in plain words.
+"""Prompt sets (data/prompts/README.md) and long documents. The loader is strict: a skipped or mangled prompt
+measures something else, so every problem is a PromptFileError naming the file, the line and the problem.
 """
 
 from __future__ import annotations

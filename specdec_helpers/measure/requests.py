@@ -1,8 +1,6 @@
-"""Time streamed chat completions and attach vLLM's acceptance to each request: the counter deltas of ``/metrics``
-around it, and its own ``metrics.speculative_decoding`` (steps and the histogram of accepted drafts).
-
-A chunk can carry all the tokens one verify pass accepted, so the per-token number is (completion tokens - 1) /
-(end-to-end - TTFT), with the server's own count from ``usage``. Rows carry provenance.
+"""Time streamed chat completions and attach vLLM's acceptance to each request (the ``/metrics`` deltas around it
+and its own ``metrics.speculative_decoding``). A chunk can carry several tokens, so the per-token number is
+(completion tokens - 1) / (end-to-end - TTFT), with the server's count from ``usage``.
 """
 
 from __future__ import annotations
@@ -109,8 +107,7 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
 def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, temperature: float = 0.0,
                     repeats: int = 1, seed: int = 0, max_tokens: int | None = None,
                     provenance: dict | None = None, progress: bool = True) -> pd.DataFrame:
-    """Every ``measure.prompts.Prompt`` on every server, interleaved per prompt so drift hits both alike:
-    one tidy row per (server, prompt, repeat) with timings, token counts, acceptance and provenance."""
+    """Every ``Prompt`` on every server, interleaved so drift hits both alike: one row per (server, prompt, repeat)."""
     from tqdm.auto import tqdm
 
     servers, rows = list(servers), []

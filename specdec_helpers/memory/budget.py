@@ -1,8 +1,6 @@
-"""Memory budget for serving a target model, and optionally a draft, with vLLM (v1): the engine gets
-``GPU memory x gpu_memory_utilization``, takes the weights and an activation reserve out of it and
-turns the rest into one KV pool shared by every layer of both models, so a cached token costs both
-models' KV bytes and a draft shows up as fewer requests at once. ``GB`` is 1e9 bytes as vendors state
-memory (their "80 GB" is nearer 80 GiB: slightly conservative budgets); vLLM's logs speak ``GIB``.
+"""Memory budget for serving a target model, and optionally a draft, with vLLM (v1): the engine gets ``GPU memory x
+gpu_memory_utilization``, takes the weights and an activation reserve out and turns the rest into one KV pool for
+both models, so a draft shows up as fewer requests at once. ``GB`` is 1e9 bytes as vendors state memory.
 """
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class BudgetError(ValueError):
 
 
 class ContextTooLongError(BudgetError):
-    """Weights fit, but the KV pool cannot hold one sequence of the requested context;
-    ``max_context_len`` is the longest that would fit, in whole KV blocks (0 when none does)."""
+    """Weights fit, but the KV pool cannot hold one sequence; ``max_context_len`` is the longest that fits."""
 
     def __init__(self, message: str, max_context_len: int) -> None:
         super().__init__(message)
@@ -44,9 +41,8 @@ class ContextTooLongError(BudgetError):
 
 
 def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> float:
-    """Bytes of one full copy of the weights. In fp8 and int4 only the layers' linear weights are narrow:
-    vLLM's fp8 and the usual AWQ/GPTQ checkpoints keep embeddings, LM head and norms in 16 bits
-    (Llama-3.2-1B's embeddings are a fifth of its parameters). Quantization scales are not counted."""
+    """Bytes of one copy of the weights. In fp8 and int4 only the layers' linear weights are narrow (vLLM's fp8 and
+    AWQ/GPTQ checkpoints keep embeddings, LM head and norms in 16 bits); quantization scales are not counted."""
     per_value = dtype_bytes(dtype, shape)
     if per_value >= 2:
         return float(shape.parameter_count) * per_value
@@ -55,8 +51,8 @@ def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> float:
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> float:
-    """KV-cache bytes of one token per GPU: 2 (K and V) x layers x KV heads x head_dim x bytes. vLLM splits
-    the KV heads over tensor-parallel ranks (each keeps at least one), so a GPU more buys context too."""
+    """KV-cache bytes of one token per GPU: 2 (K and V) x layers x KV heads x head_dim x bytes, the KV heads split
+    over tensor-parallel ranks (each keeps at least one)."""
     kv_heads = max(1, shape.kv_heads // tensor_parallel)
     return 2.0 * shape.layers * kv_heads * shape.head_dim * dtype_bytes(kv_dtype, shape)
 
@@ -69,9 +65,8 @@ def _as_shapes(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]]) -> list[M
 
 def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], kv_space_bytes: float,
                         block_size: int = 16, kv_dtype: str = "auto", tensor_parallel: int = 1) -> int:
-    """Tokens a KV space holds in whole blocks, for one model or several sharing one pool (a block holds
-    ``block_size`` tokens of every layer of every model, as vLLM v1 cuts it: compare its "KV cache size:
-    N tokens" log line). ``kv_dtype="auto"``: each model's own dtype."""
+    """Tokens a KV space holds in whole blocks (``block_size`` tokens of every layer of every model sharing the pool,
+    as vLLM v1 cuts it); ``kv_dtype="auto"``: each model's own dtype."""
     if block_size < 1:
         raise ValueError("block_size must be a positive number of tokens")
     per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in _as_shapes(shape_or_shapes))
@@ -83,10 +78,8 @@ def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], 
 def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_parallel: int = 1,
                          activation_dtype: str = "bf16", prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> float:
-    """The reserve vLLM keeps out of the KV pool, per GPU, in GB: an estimate (~2.6 GB for an 8B; vLLM's
-    log has the measured one). The fixed part plus one prefill chunk's peak: the MLP's gate, up and
-    activated outputs, ~4 hidden-wide tensors, and the sampler's float32 logits. Target and draft
-    run one after the other, so the peak is the larger model's."""
+    """An estimate of the reserve vLLM keeps out of the KV pool, per GPU, in GB: the fixed part plus the larger
+    model's peak in one prefill chunk (MLP gate, up and output, ~4 hidden-wide tensors, float32 logits)."""
     act = dtype_bytes(activation_dtype)
     peak = max((prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
                + max_num_seqs * s.vocab * 4 for s in _as_shapes(shapes)), default=0.0)
@@ -95,8 +88,7 @@ def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_p
 
 @dataclass(frozen=True)
 class Budget:
-    """Where one vLLM engine's memory goes, per GPU, in GB (1e9 bytes). ``*_without_draft``: what the
-    same engine would hold with no draft (its weights back in the pool, a token costs the target's KV)."""
+    """Where one vLLM engine's memory goes, per GPU, in GB; ``*_without_draft``: the same engine with no draft."""
 
     gpu: GPUSpec
     gpu_memory_utilization: float
@@ -128,8 +120,7 @@ class Budget:
         return self.max_concurrent_seqs_without_draft - self.max_concurrent_seqs
 
     def as_rows(self) -> list[dict[str, Any]]:
-        """Rows ``{"component", "gb"}`` of a stacked bar that adds up to the card; the KV pool is split
-        in proportion to bytes per token, so the draft's hidden cost shows."""
+        """Rows ``{"component", "gb"}`` of a stacked bar adding up to the card; the KV pool split by bytes per token."""
         draft_share = self.draft_kv_bytes_per_token / self.kv_bytes_per_token if self.kv_bytes_per_token else 0.0
         rows = [
             ("target weights", self.target_weights_gb),
@@ -185,12 +176,9 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                 gpu_memory_utilization: float = 0.9, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 context_len: int = 8192, tensor_parallel: int = 1, overhead_gb: float | None = None,
                 block_size: int = 16) -> Budget:
-    """Plan one vLLM engine's memory, per GPU, the way vLLM v1 does (see the module docstring).
-
-    Models: a catalog name, hub id, path, config dict or :class:`ModelShape` (then nothing is looked up
-    again). Two servers on one card each get their own utilization. ``overhead_gb=None`` estimates the
-    reserve (pass vLLM's logged one to reproduce a server). Not counted: speculation's extra slots per
-    sequence, prefix-cache sharing. :class:`BudgetError` says what to change when it does not fit."""
+    """Plan one vLLM engine's memory, per GPU, the way vLLM v1 does. Models: a catalog name, hub id, path, config
+    dict or :class:`ModelShape`. ``overhead_gb=None`` estimates the reserve (vLLM's logged one reproduces a server).
+    Not counted: speculation's extra slots, prefix-cache sharing. :class:`BudgetError` says what to change."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError("gpu_memory_utilization is a fraction of the card: 0 < u <= 1")
     if tensor_parallel < 1 or int(tensor_parallel) != tensor_parallel:
@@ -243,9 +231,7 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
 
 
 def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kwargs: Any) -> int:
-    """The longest ``max_model_len`` that fits (vLLM refuses to start when its pool cannot hold one full
-    sequence), in whole KV blocks; 0 when no block fits. Takes :func:`plan_budget`'s keywords but
-    ``context_len``; :class:`BudgetError` when the weights do not fit."""
+    """The longest ``max_model_len`` that fits, in whole KV blocks (0: none), with :func:`plan_budget`'s keywords."""
     plan_kwargs.pop("context_len", None)
     try:  # one block of context: the plan's kv_tokens is then the answer
         return plan_budget(target, draft, context_len=int(plan_kwargs.get("block_size", 16)), **plan_kwargs).kv_tokens

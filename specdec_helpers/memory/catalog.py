@@ -1,6 +1,5 @@
-"""What the memory calculator knows: the offline config.json catalog (data/models/configs), GPU
-datasheets (data/models/gpus.json), dtypes and a decoder's shape; the arithmetic is in ``budget``.
-Names match loosely (case and punctuation do not matter) and nothing touches the network.
+"""What the memory calculator knows, offline: config.json copies (data/models/configs), GPU datasheets
+(data/models/gpus.json), dtypes and a decoder's shape. Names match loosely (case and punctuation do not matter).
 """
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def _catalog_index() -> dict[str, Path]:
 
 
 def load_model_config(name_or_path: Union[str, Path]) -> dict[str, Any]:
-    """A model's config.json as a fresh dict, from a path (a file, or a saved model's directory) or
-    a catalog name (hub id, file key or unique bare name). Paths win over names."""
+    """A model's config.json as a fresh dict, from a path (file or model directory) or a catalog name."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -107,8 +105,8 @@ def gpu_spec(name: Union[str, GPUSpec]) -> GPUSpec:
 
 
 def match_gpu(detected: str | None) -> GPUSpec | None:
-    """The table's entry for a GPU as a driver names it ("NVIDIA H100 80GB HBM3, 81559 MiB"), or None: also
-    for cards that share a name but not a datasheet (the 40 GB A100, the H100 NVL)."""
+    """The table's entry for a GPU as a driver names it ("NVIDIA H100 80GB HBM3, 81559 MiB"), or None (also for
+    cards that share a name but not a datasheet)."""
     if not detected:
         return None
     name = str(detected).split(",")[0]
@@ -123,8 +121,7 @@ def match_gpu(detected: str | None) -> GPUSpec | None:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The numbers from a config.json that decide a decoder's memory. ``parameter_count`` is computed
-    from them, not trusted from a model card, so any config (a learner's own too) can be sized."""
+    """The numbers of a config.json that decide a decoder's memory (``parameter_count`` computed from them)."""
 
     name: str
     model_type: str
@@ -175,9 +172,8 @@ def _first(config: Mapping[str, Any], *keys: str) -> Any:
 
 
 def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> ModelShape:
-    """A dense decoder's shape from its config dict, or anything :func:`load_model_config` takes (a ModelShape
-    passes through). Multimodal configs: their ``text_config``. Llama, Qwen, Mistral and SmolLM2 are
-    counted exactly, GPT-2-style families approximately."""
+    """A dense decoder's shape from its config (or what :func:`load_model_config` takes); multimodal configs: their
+    ``text_config``. Llama, Qwen, Mistral and SmolLM2 are counted exactly, GPT-2-style families approximately."""
     if isinstance(config, ModelShape):
         return config
     if isinstance(config, (str, Path)):

@@ -11,8 +11,6 @@ from typing import Union
 from specdec_helpers.memory.budget import GIB
 from specdec_helpers.memory.catalog import UnknownModelError, load_model_config
 
-__all__ = ["KVLogError", "KVCapacity", "parse_kv_capacity", "read_kv_capacity", "relative_error", "catalog_name"]
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # vLLM colours its log lines
 _CAPACITY = re.compile(
     r"(?P<device>[A-Za-z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
@@ -30,8 +28,7 @@ class KVLogError(ValueError):
 
 @dataclass(frozen=True)
 class KVCapacity:
-    """vLLM's own account of one engine's KV cache. ``kv_space_bytes``: the memory it gave the cache
-    (None if the log does not say); ``dtype``, ``kv_cache_dtype`` as the engine resolved them."""
+    """vLLM's own account of one engine's KV cache (None: the log does not say)."""
 
     device: str
     tokens: int
@@ -91,8 +88,8 @@ def relative_error(predicted: float, reported: float) -> float:
 
 
 def catalog_name(model: Union[str, Path]) -> str | None:
-    """The catalog's hub id for a profile's model (an offline key or a hub id); None for a directory or a
-    model not in the catalog (plan that from its own config.json: ``memory.model_shape`` takes it)."""
+    """The catalog's hub id for a profile's model (an offline key or a hub id); None for a directory or a model
+    not in the catalog."""
     from specdec_helpers.models.wheel_models import OFFLINE_MODELS
 
     name = str(model)

@@ -27,8 +27,7 @@ def known_drafts() -> dict[str, dict]:
 
 
 def provision_draft(key: str) -> Path:
-    """The vLLM-loadable directory of the shipped draft ``key``, assembled once, after checking the
-    shipped file's sha256 against the manifest (a changed or corrupt file is refused)."""
+    """The vLLM-loadable directory of the shipped draft ``key``, assembled once from a file matching its sha256."""
     drafts = known_drafts()
     if key not in drafts:
         raise KeyError(f"unknown draft '{key}'; shipped drafts: {', '.join(sorted(drafts)) or 'none'}")

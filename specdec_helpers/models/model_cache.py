@@ -1,6 +1,5 @@
-"""The model cache the providers (``wheel_models``, ``drafts``) share: where things live, checksums, and
-:func:`build_once`, which renames a finished model into ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``)
-so that an interrupted run never leaves a half-written one behind."""
+"""The model cache (``$SPECDEC_CACHE``, default ``~/.cache/specdec``) the providers share: where things live,
+checksums, and :func:`build_once`, which never leaves a half-written model behind."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ class ModelError(RuntimeError):
     """A model could not be turned into a local directory; the message says what to do."""
 
 
-def cache_root() -> Path:
-    """The folder for converted models, downloaded wheels and environments."""
+def cache_root() -> Path:  # converted models, downloaded wheels and environments
     return Path(os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec").expanduser()
 
 

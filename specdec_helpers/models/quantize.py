@@ -25,8 +25,7 @@ INT8_SUFFIX = "-w8a8"
 
 
 def source_id(model_dir: Path) -> str:
-    """What identifies the source model: its provisioning manifest where it has one (a converted offline model
-    or draft), else its config and the names and sizes of its weight files."""
+    """What identifies the source model: its provisioning manifest, else its config and weight files' sizes."""
     manifest = model_dir / MANIFEST_NAME
     if manifest.is_file():
         text = manifest.read_text()

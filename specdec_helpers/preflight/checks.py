@@ -1,5 +1,4 @@
-"""The checks of :func:`check_run`: each model resolved once (:func:`resolve`) and passed to every check;
-prompts counted with the target's tokenizer, memory planned with :mod:`specdec_helpers.memory`."""
+"""The checks of :func:`check_run`: each model resolved once (:func:`resolve`) and passed to every check."""
 
 from __future__ import annotations
 
@@ -33,13 +32,11 @@ CPU_WEIGHT_FACTOR = 1.45
 
 
 def resolve(name: str) -> ResolvedModel:
-    """``name`` followed once (``models.resolve.resolved_model``), with memory's shape of its config and,
-    for a hub model that cannot be fetched here (no network, gated), memory's catalog config."""
+    """``name`` followed once, with memory's shape of its config (and catalog config, for an unreachable hub model)."""
     def or_none(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def guarded(arg: Any) -> Any:
-            with contextlib.suppress(ValueError, OSError):  # memory's unknown model or unusable config
+            with contextlib.suppress(ValueError, OSError):  # memory's unknown model or unusable config: None
                 return call(arg)
-            return None
         return guarded
     return resolved_model(name, catalog=or_none(memory.load_model_config), shape_of=or_none(memory.model_shape))
 
@@ -101,8 +98,8 @@ def _check_prompts(report: PreflightReport, target: ResolvedModel, requests: lis
 
 def _check_gpu_memory(report: PreflightReport, target: ResolvedModel, drafts: list[ResolvedModel], *,
                       servers: int, utilization: float, max_model_len: int, gpu_name: str | None) -> int | None:
-    """Plan every server with memory.plan_budget for the GPU CUDA gives this process (its real memory), else the
-    catalog's ``gpu_name`` (a laptop can check a GPU plan); returns the largest max_model_len that fits."""
+    """Plan every server for the GPU this process sees, else the catalog's ``gpu_name`` (a laptop can check a GPU
+    plan); returns the largest max_model_len that fits."""
     gpu, spec = provenance.visible_gpu(), None
     if gpu is not None:
         catalog = memory.match_gpu(gpu.name)
@@ -188,8 +185,7 @@ def _check_gpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
 
 
 def available_ram_bytes() -> int:
-    """Memory free for new processes now: what the servers can take. Inside ``make run`` this counts the idle
-    shared servers too: the pool stops them before a server that needs their room starts."""
+    """Memory free for new servers now; inside ``make run`` with the idle shared ones (the pool stops them first)."""
     pool = active_pool()
     return int(psutil.virtual_memory().available) + (pool.reclaimable_bytes() if pool else 0)
 
@@ -304,9 +300,9 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
               max_model_len: int, servers: int = 1, gpu_memory_utilization: float = 0.45,
               cpu_kv_cache_gib: float = 1, gpu_name: str | None = None,
               chat_template_kwargs: dict | None = None, served_format: str = "auto") -> PreflightReport:
-    """The report of one run (it prints as a table), or :class:`PreflightError` naming for each problem the
-    parameter to change and the largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or
-    token ids, each with room for ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
+    """The report of one run, or :class:`PreflightError` naming for each problem the parameter to change and the
+    largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or token ids, each with room for
+    ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
     requests = []
     for i, prompt in enumerate(prompts):
         messages = chat_messages(prompt)

@@ -38,8 +38,7 @@ class GPUInfo:
 
 @lru_cache(maxsize=8)
 def _query_gpu(visible_env: str | None, smi: str) -> GPUInfo | None:
-    """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules: unset means all GPUs, an empty value
-    hides every GPU, and the list stops at the first invalid entry (so "-1" hides them all)."""
+    """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules (unset: all; empty or "-1": none)."""
     try:
         out = subprocess.run([smi, "--query-gpu=index,uuid,name,memory.total,memory.free",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
