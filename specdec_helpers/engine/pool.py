@@ -68,7 +68,6 @@ class Entry:
     startup_s: float
     ram_bytes: int = 0  # measured PSS of the whole group, right after start
     temp_dir: str = ""  # its TMPDIR (vLLM's IPC sockets), removed when it stops
-    started_by: str = ""
     last_used: float = field(default_factory=time.time)
     uses: int = 0  # notebooks' handles so far: the servers most asked for are the last to be stopped
     users: list[int] = field(default_factory=list)  # pids holding it now
@@ -82,6 +81,11 @@ class Entry:
 
     def idle(self) -> bool:
         return not any(psutil.pid_exists(pid) for pid in self.users)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        stop_group(self.pgid, timeout_s)
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def group_alive(pgid: int) -> bool:
@@ -133,12 +137,6 @@ def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
     return max(reserve - held, 0)
 
 
-def _stop_entry(entry: Entry, timeout_s: float = 30.0) -> None:
-    stop_group(entry.pgid, timeout_s)
-    if entry.temp_dir:
-        shutil.rmtree(entry.temp_dir, ignore_errors=True)
-
-
 class ServerPool:
     """The ledger of one run's shared servers (a JSON file and its lock in ``folder``)."""
 
@@ -178,7 +176,7 @@ class ServerPool:
             data = self._read()
             entry = data["entries"].get(key)
             if entry is not None and not (entry.alive() and healthy(entry.base_url, timeout_s=5)):
-                _stop_entry(entry, timeout_s=5)
+                entry.stop(timeout_s=5)
                 del data["entries"][key]
                 entry = None
             reused = entry is not None
@@ -188,12 +186,10 @@ class ServerPool:
             else:
                 self._make_room(data, server)
                 server._launch(pool_owner=self.owner_pid)
-                entry = Entry(key=key, name=server.name, pgid=server.process.pid, port=server.port,
-                              log_path=str(server.log_path), startup_s=round(server.startup_s, 1),
-                              started_by=os.environ.get(NOTEBOOK_ENV, ""),
-                              temp_dir=str(server.temp_dir or ""))
-                entry.ram_bytes = group_ram_bytes(entry.pgid)
-                data["entries"][key] = entry
+                entry = data["entries"][key] = Entry(
+                    key=key, name=server.name, pgid=server.process.pid, port=server.port, log_path=str(server.log_path),
+                    startup_s=round(server.startup_s, 1), ram_bytes=group_ram_bytes(server.process.pid),
+                    temp_dir=str(server.temp_dir or ""))
                 self._event(data, "start", entry)
             entry.users = [pid for pid in entry.users if psutil.pid_exists(pid)] + [os.getpid()]
             entry.last_used, entry.uses = time.time(), entry.uses + 1
@@ -205,8 +201,7 @@ class ServerPool:
         with self.lock:
             data = self._read()
             entry = Entry(key=server.pool_key(), name=server.name, pgid=0, port=server.port or 0,
-                          log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1),
-                          started_by=os.environ.get(NOTEBOOK_ENV, ""))
+                          log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1))
             self._event(data, "start-own", entry)
             self._write(data)
 
@@ -247,7 +242,7 @@ class ServerPool:
         return stopped
 
     def _stop(self, data: dict[str, Any], entry: Entry) -> None:
-        _stop_entry(entry)
+        entry.stop()
         del data["entries"][entry.key]
         self._event(data, "stop", entry)
 
