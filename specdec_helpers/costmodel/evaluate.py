@@ -27,7 +27,6 @@ class Baseline:
 
     results: pd.DataFrame
     step_s: float
-    verify_table: pd.DataFrame
     verify_summary: pd.DataFrame  # per n positions: median v, quartiles, 95% interval (phases.summarize_verify_cost)
     verify: theory.VerifyCost  # the medians: what the cost model uses
 
@@ -42,7 +41,7 @@ def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, re
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks))
     summary = phases.summarize_verify_cost(table)
     verify = theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()})
-    return Baseline(results=results, step_s=step_s, verify_table=table, verify_summary=summary, verify=verify)
+    return Baseline(results=results, step_s=step_s, verify_summary=summary, verify=verify)
 
 
 def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, baseline: Baseline, *, k: int,
@@ -139,7 +138,6 @@ def draft_coverage(spec_rows: pd.DataFrame) -> float:
 
 
 def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
-    """Predicted decode speedup for every k, from the candidate's measured alpha and c."""
     return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
                           "predicted_speedup": theory.predicted_speedup_with_coverage(
                               summary["alpha_per_token"], k, summary["c"], verify, summary["coverage"])}

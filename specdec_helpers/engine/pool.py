@@ -180,8 +180,16 @@ class ServerPool:
                 del data["entries"][key]
                 entry = None
             reused = entry is not None
-            if reused:
-                _reset_prefix_cache(entry.base_url)
+            if reused:  # empty its prefix cache: no measurement is sped up by an earlier notebook's prompts
+                try:
+                    reply = requests.post(f"{entry.base_url}/reset_prefix_cache", timeout=30)
+                except requests.RequestException as exc:
+                    raise ServerError(f"could not reset the prefix cache of the shared server at {entry.base_url}: "
+                                      f"{exc}") from exc
+                if reply.status_code != 200:
+                    raise ServerError(f"the shared server at {entry.base_url} refused to reset its prefix cache "
+                                      f"({reply.status_code}: {reply.text[:200]}); was it started with "
+                                      "VLLM_SERVER_DEV_MODE=1?")
                 self._event(data, "reuse", entry)
             else:
                 self._make_room(data, server)
@@ -196,8 +204,7 @@ class ServerPool:
             self._write(data)
         server._attach(entry, reused)
 
-    def note_own_start(self, server: VLLMServer) -> None:
-        """Count a notebook's own server (not shared) among the run's starts."""
+    def note_own_start(self, server: VLLMServer) -> None:  # a notebook's own server counts among the run's starts
         with self.lock:
             data = self._read()
             entry = Entry(key=server.pool_key(), name=server.name, pgid=0, port=server.port or 0,
@@ -336,13 +343,3 @@ def recall(key: str) -> dict[str, Any] | None:
     pool = active_pool()
     return pool.recall(key) if pool else None
 
-
-def _reset_prefix_cache(base_url: str) -> None:
-    """Empty a reused server's prefix cache, so that no measurement is sped up by an earlier notebook's prompts."""
-    try:
-        reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
-    except requests.RequestException as exc:
-        raise ServerError(f"could not reset the prefix cache of the shared server at {base_url}: {exc}") from exc
-    if reply.status_code != 200:
-        raise ServerError(f"the shared server at {base_url} refused to reset its prefix cache "
-                          f"({reply.status_code}: {reply.text[:200]}); was it started with VLLM_SERVER_DEV_MODE=1?")

@@ -172,8 +172,7 @@ class VLLMServer:
         cmd = [sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server",
                "--model", self.served_path(self.model), "--served-model-name", self.name,
                "--host", HOST, "--port", str(self.port),
-               "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
-               "--seed", str(self.seed)]
+               "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype, "--seed", str(self.seed)]
         # --enforce-eager: torch.compile made start-up ~4x slower on our CPUs
         cmd += (["--enforce-eager", "--kv-cache-memory-bytes", str(self.kv_cache_bytes)] if self.on_cpu
                 else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)])
@@ -253,10 +252,9 @@ class VLLMServer:
                        *command]
             env, dies_with_parent = env | POOLED_ENV, None
         with open(self.log_path, "w") as log:  # the server writes to its own copy of the file descriptor
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, preexec_fn=dies_with_parent,
-                cwd=str(self.log_path.parent.resolve()))
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env, start_new_session=True, preexec_fn=dies_with_parent,
+                                            cwd=str(self.log_path.parent.resolve()))
         _live_servers.add(self)
         _started_groups.append(self.process.pid)
         try:

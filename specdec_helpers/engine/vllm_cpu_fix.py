@@ -21,8 +21,7 @@ def expand_batch_values(output, input_val, cu_num_tokens, replace_from, replace_
 
     counts = torch.diff(cu_num_tokens.to(torch.int64),
                         prepend=torch.zeros(1, dtype=torch.int64, device=cu_num_tokens.device))
-    values = torch.where(input_val == replace_from,
-                         torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+    values = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
     expanded = torch.repeat_interleave(values, counts)
     output[: expanded.numel()] = expanded.to(output.dtype)
 

@@ -38,8 +38,7 @@ def time_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int =
     return time.perf_counter() - started
 
 
-def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: int = 3,
-                          seed: int = 0) -> pd.DataFrame:
+def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
     """Time to first token for fresh prompts of each length, interleaved across repeats."""
     rows = [{"prompt_tokens": length, "repeat": repeat,
              "ttft_s": time_completion(server, random_token_prompt(length, seed=seed + 1000 * repeat + length))}

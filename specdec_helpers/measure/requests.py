@@ -44,7 +44,6 @@ class StreamResult:
 
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
                 top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None) -> StreamResult:
-    """Stream one chat completion and time it; ``usage`` gives the server's token counts."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,

@@ -70,9 +70,7 @@ def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], 
     if block_size < 1:
         raise ValueError("block_size must be a positive number of tokens")
     per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in _as_shapes(shape_or_shapes))
-    if kv_space_bytes <= 0:
-        return 0
-    return math.floor(kv_space_bytes / (block_size * per_token)) * block_size
+    return math.floor(kv_space_bytes / (block_size * per_token)) * block_size if kv_space_bytes > 0 else 0
 
 
 def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_parallel: int = 1,
@@ -141,26 +139,15 @@ class Budget:
                 f"{self.overhead_gb:.1f} GB is reserved for activations and overhead; the KV cache gets "
                 f"{self.kv_pool_gb:.1f} GB = {self.kv_tokens:,} tokens, {self.max_concurrent_seqs} sequences of "
                 f"{self.context_len:,} tokens at once.")
-        if self.draft is None:
-            return text
-        return text + (f" Without the draft: {self.kv_tokens_without_draft:,} tokens, "
-                       f"{self.max_concurrent_seqs_without_draft} sequences; the draft costs "
-                       f"{self.draft_concurrency_cost} concurrent sequences.")
+        return text if self.draft is None else text + (
+            f" Without the draft: {self.kv_tokens_without_draft:,} tokens, {self.max_concurrent_seqs_without_draft} "
+            f"sequences; the draft costs {self.draft_concurrency_cost} concurrent sequences.")
 
 
 def _resolve(model: ModelLike) -> tuple[str, ModelShape]:
     shape = model_shape(model)
     unnamed = isinstance(model, (str, Path)) and shape.name == "custom model"
     return (str(model) if unnamed else shape.name), shape
-
-
-def _check_split(shape: ModelShape, tensor_parallel: int) -> None:
-    if shape.heads % tensor_parallel:
-        raise BudgetError(f"{shape.name} has {shape.heads} attention heads, which do not split over tensor_parallel="
-                          f"{tensor_parallel} GPUs; vLLM needs the head count to be a multiple of tensor_parallel")
-    if shape.kv_heads % tensor_parallel and tensor_parallel % shape.kv_heads:
-        raise BudgetError(f"{shape.name} has {shape.kv_heads} KV heads; tensor_parallel={tensor_parallel} "
-                          f"must divide them or be a multiple of them")
 
 
 def _suggest_tp(shapes: list[ModelShape], weight_dtype: str, reserve_gb: float, usable_gb: float, current: int) -> int:
@@ -189,8 +176,13 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
     target_name, t_shape = _resolve(target)
     d_name, d_shape = _resolve(draft) if draft is not None else (None, None)
     shapes = [s for s in (t_shape, d_shape) if s is not None]
-    for s in shapes:
-        _check_split(s, tensor_parallel)
+    for s in shapes:  # vLLM splits the heads over the GPUs
+        if s.heads % tensor_parallel:
+            raise BudgetError(f"{s.name} has {s.heads} attention heads, which do not split over tensor_parallel="
+                              f"{tensor_parallel} GPUs; vLLM needs the head count to be a multiple of tensor_parallel")
+        if s.kv_heads % tensor_parallel and tensor_parallel % s.kv_heads:
+            raise BudgetError(f"{s.name} has {s.kv_heads} KV heads; tensor_parallel={tensor_parallel} "
+                              f"must divide them or be a multiple of them")
     act_dtype = "fp32" if canonical_dtype(weight_dtype, t_shape) == "fp32" else "bf16"
     usable_gb = spec.memory_gb * gpu_memory_utilization
     t_weights, d_weights = (weight_bytes(s, weight_dtype) / tensor_parallel / GB if s else 0.0
@@ -225,8 +217,7 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                   target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
                   draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb,
                   target_kv_bytes_per_token=t_kv, draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens,
-                  max_concurrent_seqs=max_seqs,
-                  kv_tokens_without_draft=tokens_alone,
+                  max_concurrent_seqs=max_seqs, kv_tokens_without_draft=tokens_alone,
                   max_concurrent_seqs_without_draft=(tokens_alone // block_size) // blocks_per_seq)
 
 

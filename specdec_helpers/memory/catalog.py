@@ -186,13 +186,11 @@ def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> Mode
     if _first(cfg, "num_experts", "num_local_experts", "n_routed_experts"):
         raise ConfigError(f"{name} is a mixture-of-experts model; this calculator sizes dense decoders only")
 
-    fields = {
-        "hidden_size": _first(cfg, "hidden_size", "n_embd", "d_model"),
-        "num_hidden_layers": _first(cfg, "num_hidden_layers", "n_layer", "num_layers"),
-        "num_attention_heads": _first(cfg, "num_attention_heads", "n_head"),
-        "intermediate_size": _first(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size"),
-        "vocab_size": _first(cfg, "vocab_size"),
-    }
+    fields = {"hidden_size": _first(cfg, "hidden_size", "n_embd", "d_model"),
+              "num_hidden_layers": _first(cfg, "num_hidden_layers", "n_layer", "num_layers"),
+              "num_attention_heads": _first(cfg, "num_attention_heads", "n_head"),
+              "intermediate_size": _first(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size"),
+              "vocab_size": _first(cfg, "vocab_size")}
     # GPT-2 writes n_inner: null to mean 4 x hidden.
     if fields["intermediate_size"] is None and "n_inner" in cfg and fields["hidden_size"]:
         fields["intermediate_size"] = cfg["n_inner"] or 4 * int(fields["hidden_size"])
@@ -221,10 +219,8 @@ def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> Mode
         vocab=int(fields["vocab_size"]), tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         gated_mlp=model_type in _TABLES["gated_mlp_types"] or hidden_act in {"silu", "swish", "swiglu"},
         attention_bias=attention_bias, o_proj_bias=attention_bias and model_type != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        qk_norm=model_type in _TABLES["qk_norm_types"] or bool(cfg.get("qk_norm", False)),
-        torch_dtype=canonical_dtype(dtype),
-    )
+        mlp_bias=bool(cfg.get("mlp_bias", False)), torch_dtype=canonical_dtype(dtype),
+        qk_norm=model_type in _TABLES["qk_norm_types"] or bool(cfg.get("qk_norm", False)))
 
 
 def canonical_dtype(dtype: str, shape: ModelShape | None = None) -> str:

@@ -12,10 +12,8 @@ from specdec_helpers.memory.budget import GIB
 from specdec_helpers.memory.catalog import UnknownModelError, load_model_config
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # vLLM colours its log lines
-_CAPACITY = re.compile(
-    r"(?P<device>[A-Za-z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
-    r"Maximum concurrency for (?P<max_len>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x"
-)
+_CAPACITY = re.compile(r"(?P<device>[A-Za-z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
+                       r"Maximum concurrency for (?P<max_len>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x")
 _CPU_SPACE = re.compile(r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
 _GPU_SPACE = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
 _ENGINE_DTYPE = re.compile(r"Initializing a V1 LLM engine.*?[ ,(]dtype=(?:torch\.)?(?P<dtype>\w+)")
@@ -49,11 +47,10 @@ def parse_kv_capacity(log_text: str) -> KVCapacity:
     found = list(_CAPACITY.finditer(text))
     if not found:
         tail = "\n".join(text.splitlines()[-5:]) or "(the log is empty)"
-        raise KVLogError(
-            "no 'KV cache size: N tokens' line in this vLLM log. vLLM prints it once the engine has sized its "
-            "KV cache: did the server finish starting (read the log after the `with VLLMServer(...)` block has "
-            f"started it), and is this the log of a vLLM v1 engine? Last lines:\n{tail}"
-        )
+        raise KVLogError("no 'KV cache size: N tokens' line in this vLLM log. vLLM prints it once the engine has "
+                         "sized its KV cache: did the server finish starting (read the log after the `with "
+                         "VLLMServer(...)` block has started it), and is this the log of a vLLM v1 engine? "
+                         f"Last lines:\n{tail}")
     last = found[-1]
     device, before = last["device"].upper(), text[: last.start()]
 

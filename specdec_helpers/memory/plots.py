@@ -101,7 +101,6 @@ def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None 
 
 
 def plot_concurrency(df: pd.DataFrame, title: str, caption: str | None = None):
-    """Concurrent sequences against context length (log scale), target alone vs with draft."""
     with _figure((8, 4.2), title, caption) as (fig, ax):
         sns.lineplot(data=df, x="context_len", y="concurrent_seqs", hue="setup", marker="o", ax=ax,
                      style="kv_dtype" if df["kv_dtype"].nunique() > 1 else None,
@@ -158,8 +157,7 @@ class BudgetExplorer:
             "target": memory.model_shape(target).name, "draft": memory.model_shape(draft).name if draft else None,
             "gpu": memory.gpu_spec(gpu).name, "gpu_memory_utilization": float(gpu_memory_utilization),
             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "context_len": int(context_len),
-            "tensor_parallel": int(tensor_parallel),
-        }
+            "tensor_parallel": int(tensor_parallel)}
         self.widget = self._chart = self._words = None  # the controls and display handles, set by show()
         self._syncing = False
         self._plan()

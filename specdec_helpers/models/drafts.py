@@ -20,8 +20,7 @@ class DraftError(RuntimeError):
     """A shipped draft could not be assembled; the message says why and what to do."""
 
 
-def known_drafts() -> dict[str, dict]:
-    """Draft keys shipped with the project, mapped to their manifest entries."""
+def known_drafts() -> dict[str, dict]:  # shipped draft keys -> their manifest entries
     path = DRAFTS_DIR / "manifest.json"
     return dict(json.loads(path.read_text()).get("drafts", {})) if path.exists() else {}
 
