@@ -1,6 +1,5 @@
-"""Notebook 00's setup check: a greedy answer with its log-probabilities, and where another answer leaves it.
-Greedy speculation matches the target only in exact arithmetic: a verify pass rounds differently from one-token
-decoding (int8 weights move logits further), and a near tie of the target's two best tokens can flip."""
+"""Notebook 00: a greedy answer with its log-probabilities, and where another answer leaves it (greedy speculation
+matches the target only in exact arithmetic: a near tie of its two best tokens can flip)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Turn tidy per-request rows (``measure.measure_prompts``) into the notebooks' tables: acceptance pooled (vLLM's
-definition) with a bootstrap over requests, speedups paired (same prompt, repeat and temperature on both servers).
-"""
+"""Per-request rows into the notebooks' tables: acceptance pooled (vLLM's definition), speedups paired per request."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "b
     keys = ["prompt_id", "repeat", "temperature"]
     values = [value] if isinstance(value, str) else list(value)
     base = results[results["server"] == baseline][keys + values].rename(columns={v: f"baseline_{v}" for v in values})
-    other = results[results["server"] != baseline]
-    return other.merge(base, on=keys, how="inner")
+    return results[results["server"] != baseline].merge(base, on=keys, how="inner")
 
 
 def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperature"),
@@ -59,17 +56,15 @@ def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperatu
                          acceptance_ci_high=acc_hi, alpha_per_token=alpha, per_position=per_position(cell),
                          baseline_decode_tokens_per_s=float(cell["baseline_decode_tokens_per_s"].median()),
                          decode_tokens_per_s=float(cell["decode_tokens_per_s"].median()),
-                         decode_speedup=float(decode_speedup.median()),
-                         speedup=point, speedup_ci_low=lo, speedup_ci_high=hi,
-                         speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
+                         decode_speedup=float(decode_speedup.median()), speedup=point, speedup_ci_low=lo,
+                         speedup_ci_high=hi, speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
     return pd.DataFrame(rows)
 
 
 def per_position_long(summary: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
     """Long form of the per-position lists, for a line plot (position on x, rate on y)."""
-    return pd.DataFrame([{"cell": " / ".join(str(row[c]) for c in label_cols), "position": i + 1,
-                          "accepted_share": rate}
-                         for _, row in summary.iterrows() for i, rate in enumerate(row["per_position"])])
+    return pd.DataFrame([{"cell": " / ".join(str(row[c]) for c in label_cols), "position": i, "accepted_share": rate}
+                         for _, row in summary.iterrows() for i, rate in enumerate(row["per_position"], start=1)])
 
 
 def first_difference(a: Sequence, b: Sequence) -> int | None:

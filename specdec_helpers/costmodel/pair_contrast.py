@@ -1,6 +1,4 @@
-"""Measured alpha and c of *other* target/draft pairs (the distilled drafts' manifest, other profiles' reference
-runs), each row saying where its numbers come from, for notebook 04 to set next to its live candidates.
-"""
+"""Measured alpha and c of *other* target/draft pairs (drafts' manifest, reference runs), for notebook 04."""
 
 from __future__ import annotations
 

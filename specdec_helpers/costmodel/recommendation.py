@@ -1,6 +1,4 @@
-"""Notebook 04's draft recommendation, handed to 05 and 06 (from the executed 04 in the run folder, else from the
-results/04_recommendation.json it writes): used only when it is a draft *model* measured for the same target.
-"""
+"""Notebook 04's draft recommendation for 05 and 06: used only when it is a draft *model* for the same target."""
 
 from __future__ import annotations
 

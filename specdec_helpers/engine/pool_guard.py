@@ -1,9 +1,6 @@
 """``python -P pool_guard.py OWNER_PID -- COMMAND...``: run one shared vLLM server while the run owning it lives.
-
-A shared server outlives the kernel that started it, so it cannot die with its parent. This guard leads its
-process group, checks twice a second that the owner (``tools.run_series``) is alive, and once it is gone,
-however it ended, stops the group. Run by path, it imports nothing of this package (sys.path is the server's).
-"""
+A shared server outlives the kernel that started it; this guard leads its process group and stops it once the
+owner is gone, however it ended. Run by path, it imports nothing of this package."""
 
 from __future__ import annotations
 

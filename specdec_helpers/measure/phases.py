@@ -1,5 +1,4 @@
-"""Measure prefill (compute-bound: speculation cannot help), decode (memory-bound: what it attacks) and the cost
-v(k) of verifying k drafts, passes over n = k + 1 new tokens, with token-id prompts (exact lengths)."""
+"""Measure prefill, decode and the cost v(k) of verifying k drafts (passes over k + 1 new tokens), with token ids."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Prompt sets (data/prompts/README.md) and long documents. The loader is strict: a skipped or mangled prompt
-measures something else, so every problem is a PromptFileError naming the file, the line and the problem.
-"""
+"""Prompt sets (data/prompts/README.md) and long documents. The loader is strict (a mangled prompt measures
+something else): every problem is a PromptFileError naming the file, the line and the problem."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Distilled draft models for the CPU profile, assembled once from the layers shipped in data/drafts/ (what
-``recipes.distill_drafts`` trained: N layers and the final norm, pinned by sha256 in its manifest.json) and the
-target's embedding, config and tokenizer (SmolLM2-135M-Instruct), in float32, its served dtype."""
+"""Distilled draft models for the CPU profile: the layers ``recipes.distill_drafts`` trained (data/drafts/, pinned
+by sha256) with the target's embedding, config and tokenizer, assembled once in float32."""
 
 from __future__ import annotations
 

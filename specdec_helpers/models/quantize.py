@@ -1,9 +1,6 @@
-"""INT8 copies of the served models (W8A8), for CPUs that multiply int8 natively (VNNI, AMX-INT8): decoding is
-memory-bound, and int8 weights are half of bf16's bytes.
-
-No calibration data: every Linear of the decoder layers gets int8 weights with one symmetric scale per output
-channel, activations are quantized per token at run time, embeddings and ``lm_head`` stay as they were.
-compressed-tensors (the format vLLM reads) writes the checkpoint, built once per source model in the cache.
+"""INT8 copies (W8A8) of the served models, for CPUs that multiply int8 natively: decoding is memory-bound, and
+int8 weights are half of bf16's bytes. No calibration: the decoder layers' Linears get per-channel symmetric int8
+weights, activations are quantized per token at run time; compressed-tensors writes the checkpoint vLLM reads.
 """
 
 from __future__ import annotations

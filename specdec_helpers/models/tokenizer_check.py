@@ -1,6 +1,5 @@
-"""Can this draft speculate for that target? vLLM passes token *ids* from the draft to the target: if the
-tokenizers map text to other ids, acceptance collapses. Four checks: the same vocabulary, merges and special
-tokens, and the same ids for a sample of real texts."""
+"""Can this draft speculate for that target? vLLM passes token *ids* from draft to target, so the tokenizers need
+the same vocabulary, merges, special tokens and ids for real texts, or acceptance collapses."""
 
 from __future__ import annotations
 

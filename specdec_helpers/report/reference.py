@@ -1,7 +1,5 @@
-"""What you should see: each notebook's key numbers (``SPEC``, data/reference/spec.yaml) next to a committed
-reference run (data/reference/<profile>.json, tools/build_reference.py). A difference outside the noise says what
-to check and never fails a notebook. Paths: ``/`` between keys, ``*`` any key, ``name[field=*]`` a list's dicts.
-"""
+"""Each notebook's key numbers (data/reference/spec.yaml) next to a committed reference run: a difference outside
+the noise says what to check, never fails. Paths: ``/`` between keys, ``*`` any key, ``name[field=*]`` list items."""
 
 from __future__ import annotations
 
