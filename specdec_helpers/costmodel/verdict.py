@@ -19,9 +19,14 @@ FASTER, SMALL_GAIN, NOT_DISTINGUISHABLE, SLOWER = ("faster", "faster, but by les
 
 
 def speedup_reading(point: float, low: float, high: float, n: int, min_gain: float = MIN_GAIN) -> str:
-    """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words,
-    shown in notebook 04 and applied in 05 and 07; only FASTER (the whole interval above 1 + min_gain) means
-    "enable it". Without an interval (too few prompts) there is no verdict."""
+    """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words.
+    Notebook 04 shows it; 05 and 07 apply it. Only FASTER means "enable it".
+
+    - no interval (fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` prompts): no verdict, only the range;
+    - the whole interval above 1 + min_gain: FASTER;
+    - the whole interval below 1: SLOWER;
+    - above 1 but not by min_gain: SMALL_GAIN (real, yet not worth a second model);
+    - otherwise the run cannot tell it from 1x: NOT_DISTINGUISHABLE."""
     if not math.isfinite(point):
         return "not measured"
     if n < MIN_VALUES_FOR_INTERVAL or not (math.isfinite(low) and math.isfinite(high)):
