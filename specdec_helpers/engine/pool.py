@@ -38,12 +38,10 @@ OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
 NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
 #: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
 MARGIN_BYTES = int(1.5 * 2**30)
-#: memory (GiB) the pool leaves free for others on the machine, beyond the margin: the test suite sets it for
-#: the other pytest worker's servers; ``make run`` has the machine to itself and leaves it unset (0)
+#: memory (GiB) the pool leaves free for others beyond the margin: the test suite's other worker; unset in make run
 RESERVE_ENV = "SPECDEC_SERVER_POOL_RESERVE_GIB"
 #: environment variables that change what a server computes or how fast: part of its identity. Not TORCH*:
-#: importing vLLM in a kernel sets TORCHINDUCTOR_* (compile threads, cache folder), which an eager server never
-#: reads, and one notebook's baseline would not be the next one's
+#: importing vLLM in a kernel sets TORCHINDUCTOR_*, which an eager server never reads
 _IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_")
 _VOLATILE_FLAGS = ("--port", "--served-model-name")
 
@@ -158,8 +156,7 @@ class ServerPool:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        out = {"entries": {k: asdict(e) for k, e in data["entries"].items()}, "events": data["events"],
-               "measurements": data.get("measurements", {})}
+        out = {"measurements": {}, **data, "entries": {k: asdict(e) for k, e in data["entries"].items()}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(self.path)

@@ -17,8 +17,7 @@ from specdec_helpers.measure import metrics
 _TOKEN_RANGE = (1000, 30000)  # ordinary vocabulary ids of Llama-style tokenizers (no special tokens)
 ITL_PROMPT_TOKENS = 64  # prompt length of itl_by_position's requests
 VERIFY_BASE_TOKENS = 256  # the cached prefix verify_cost's passes run on (a whole number of blocks)
-#: Rounds of verify_cost: one pass varies by 7-30% (IQR / median) on a 2-core machine (engine timing,
-#: SmolLM2-135M and Qwen2.5-Coder-1.5B, bf16, Xeon with AMX), so a median needs ~10; 11 take seconds to a minute.
+#: Rounds of verify_cost: one pass varies by 7-30% (IQR / median) on a 2-core machine, so a median needs ~10.
 VERIFY_REPEATS = 11
 DECODE_STEP_TOKENS = 6  # answer length that times the decode step in each round: 5 steps time it to a few %
 

