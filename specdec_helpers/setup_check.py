@@ -80,8 +80,7 @@ def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | 
         if candidates:
             other = max(candidates, key=len)
             other_lp = baseline.top[pos][other]
-            return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp),
-                              chosen_lp - other_lp)
+            return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp), chosen_lp - other_lp)
     chosen, chosen_lp = baseline.tokens[position], baseline.logprobs[position]
     floor = min(baseline.top[position].values()) if baseline.top[position] else None
     return Divergence(offset, position, chosen, other_text[start:][:8] or "(end of answer)", math.exp(chosen_lp),

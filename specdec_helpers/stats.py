@@ -49,9 +49,8 @@ MIN_VALUES_FOR_INTERVAL = 8
 
 def _bca(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int, confidence: float,
          seed: int | None) -> tuple[float, float]:
-    """scipy's bias-corrected and accelerated (BCa) bootstrap interval: at a handful of values it corrects the
-    percentile interval's bias and skew (a median of few timings is both), which our own percentile bootstrap
-    did not. Several arrays are resampled together (paired: one request's numbers stay one request's)."""
+    """scipy's BCa bootstrap interval, which corrects the percentile interval's bias and skew (a median of few timings
+    has both); several arrays are resampled together (paired: one request's numbers stay one request's)."""
     import warnings
 
     from scipy import stats as scipy_stats
@@ -65,9 +64,8 @@ def _bca(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int, confide
 
 def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resamples: int = 2000,
                  confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
-    """``(point, low, high)``: ``stat(values)`` with a BCa bootstrap interval (no normality assumption: skewed
-    timings). NaN interval with fewer than ``min_n`` values (NaNs dropped; at least 2); per-prompt claims pass
-    ``MIN_VALUES_FOR_INTERVAL``. Values without spread give the value itself as the interval."""
+    """``(point, low, high)``: ``stat(values)`` with a BCa bootstrap interval; a NaN interval with fewer than
+    ``min_n`` values (at least 2), NaNs dropped; values without spread give the value itself."""
     _check_confidence(confidence)
     if int(n_resamples) < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
@@ -82,13 +80,10 @@ def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resample
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float], n_resamples: int = 2000,
                        confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
-    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``. vLLM's acceptance rate is
-    pooled, so the interval resamples *requests* (pairs together, BCa) and recomputes the pooled ratio: a mean of
-    per-request rates would weigh a 3-draft answer like a 30-draft one. Pairs with a NaN, and pairs of two zeros
-    (a request that drafted nothing: no say in the ratio), are dropped; fewer than ``min_n`` pairs give a NaN
-    interval."""
-    num = np.asarray(numerators, dtype=float).ravel()
-    den = np.asarray(denominators, dtype=float).ravel()
+    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``, like vLLM's acceptance rate:
+    the interval resamples requests (a mean of per-request rates would weigh a 3-draft answer like a 30-draft one).
+    Pairs with a NaN, or of two zeros (no say in the ratio), are dropped."""
+    num, den = np.asarray(numerators, dtype=float).ravel(), np.asarray(denominators, dtype=float).ravel()
     if num.shape != den.shape:
         raise ValueError(f"numerators and denominators must be paired (same length), got {num.size} and {den.size}")
     _check_confidence(confidence)

@@ -136,8 +136,7 @@ class Crossover:
 
 
 def find_crossover(speedups: Mapping[int, float], threshold: float = 1.0) -> Crossover:
-    """Classify measured (or predicted) speedups by concurrency level; see :class:`Crossover`. A level pays when its
-    speedup is above ``threshold`` (06 passes 1 + min_gain: the side "a gain" of the series' rule)."""
+    """Classify speedups by concurrency level (:class:`Crossover`): a level pays above ``threshold``."""
     if not speedups:
         raise ValueError("need the speedup at one concurrency level at least")
     levels = tuple(sorted(int(b) for b in speedups))

