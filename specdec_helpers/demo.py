@@ -1,8 +1,5 @@
-"""The talk's live demo: a baseline and a speculative server, side by side, on the same prompt.
-
-Every number says how the two shared the machine (``ServerPair.comparison``): ``split_cpu_cores`` pins each to
-half the CPU cores, so both can answer at once but each has half the memory bandwidth.
-"""
+"""The talk's live demo: a baseline and a speculative server, side by side, on the same prompt. Every number says
+how the two shared the machine (``ServerPair.comparison``): ``split_cpu_cores`` gives each half the CPU cores."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Plumbing for notebook 00 (setup check): a greedy answer with its log-probabilities, and where another
-answer leaves it. Greedy speculative output is the target's own only *in exact arithmetic*: in bf16 a verify
-pass rounds differently from one-token decoding, and a near tie of the target's two best tokens can flip;
-an int8 copy of the target (``served_format``) moves logits further, and is read the same way."""
+"""Notebook 00: a greedy answer with its log-probabilities, and where another answer leaves it (greedy speculation
+matches the target only in exact arithmetic: a near tie of its two best tokens can flip)."""
 
 from __future__ import annotations
 
@@ -13,9 +11,8 @@ from typing import Any, Sequence
 
 from specdec_helpers.costmodel.analysis import first_difference
 
-#: A split between two greedy answers is a near tie when the baseline's logits of the two candidates differ by
-#: at most this (e^1: one at most 2.7 times as likely as the other). Rounding differences between a batched
-#: verify pass and one-token decoding move logits by far less, so a larger gap needs another explanation.
+#: A split between two greedy answers is a near tie when the baseline's logits of the two candidates differ by at
+#: most this (one at most e times as likely): rounding moves logits by far less, so a larger gap needs another cause.
 NEAR_TIE_LOGIT_GAP = 1.0
 
 
@@ -30,8 +27,7 @@ class GreedyAnswer:
 
 
 def greedy_answer(server, messages: Sequence[dict], max_tokens: int) -> GreedyAnswer:
-    """One non-streamed temperature-0 chat completion with the 5 best log-probabilities per token (vLLM's raw
-    log-probabilities, so a difference of two is a difference of logits)."""
+    """One temperature-0 chat completion with the 5 best (raw) log-probabilities per token."""
     response = server.client().chat.completions.create(
         model=server.served_model_name, messages=list(messages), max_tokens=max_tokens, temperature=0.0,
         logprobs=True, top_logprobs=5)
@@ -44,9 +40,8 @@ def greedy_answer(server, messages: Sequence[dict], max_tokens: int) -> GreedyAn
 
 @dataclass(frozen=True)
 class Divergence:
-    """Where another server's greedy answer leaves the baseline's, read from the baseline's log-probabilities.
-    ``logit_gap`` = log p(baseline token) - log p(other token), the difference of their logits; a lower
-    bound (``gap_is_lower_bound``) when the other token is not among the baseline's top candidates."""
+    """Where another greedy answer leaves the baseline's; ``logit_gap`` = log p(baseline token) - log p(other
+    token), a lower bound when the other token is not among the baseline's top candidates."""
 
     char_offset: int
     position: int | None
@@ -62,10 +57,9 @@ class Divergence:
 
 
 def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | None:
-    """None when ``other_text`` equals the baseline's text; otherwise the first differing token. The other
-    answer is text only (speculative servers need not return log-probabilities), so its token at the split is
-    the longest of the baseline's top candidates there that the other text continues with; when none matches
-    (a rarer token, or the other answer ended), ``other_token`` is its next characters and the gap a lower bound."""
+    """None when ``other_text`` is the baseline's text, else its first differing token: the longest of the baseline's
+    top candidates there that the other text continues with (it has no log-probabilities); when none matches,
+    ``other_token`` is its next characters and the gap a lower bound."""
     offset = first_difference(baseline.text, other_text)
     if offset is None:
         return None
@@ -86,8 +80,7 @@ def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | 
         if candidates:
             other = max(candidates, key=len)
             other_lp = baseline.top[pos][other]
-            return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp),
-                              chosen_lp - other_lp)
+            return Divergence(offset, pos, chosen, other, math.exp(chosen_lp), math.exp(other_lp), chosen_lp - other_lp)
     chosen, chosen_lp = baseline.tokens[position], baseline.logprobs[position]
     floor = min(baseline.top[position].values()) if baseline.top[position] else None
     return Divergence(offset, position, chosen, other_text[start:][:8] or "(end of answer)", math.exp(chosen_lp),

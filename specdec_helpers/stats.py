@@ -1,7 +1,5 @@
-"""Medians, quartiles and bootstrap intervals for honest timing comparisons. Timings on a shared machine are
-noisy and skewed (a run that collides with a background job is slow, never fast), so the notebooks report
-medians with intervals; with a handful of prompts, the interval says how far a speedup could move on a rerun.
-"""
+"""Medians, quartiles and bootstrap intervals: timings on a shared machine are noisy and skewed (a run that
+collides with a background job is slow, never fast), so the notebooks report medians with intervals."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import numpy as np
 def _as_clean_array(values: Iterable[float], what: str = "values") -> np.ndarray:
     """1-D float array with NaNs dropped (a failed run is a missing value, not a zero)."""
     try:
-        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float).ravel()
+        arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float).ravel()
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be numbers") from None
     arr = arr[~np.isnan(arr)]
@@ -37,26 +35,22 @@ def median_iqr(values: Iterable[float]) -> tuple[float, float, float]:
 
 
 def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
-    """The ``q``-th percentile (0 < q <= 100) by nearest rank: a tail latency one request really had, which with
-    the 2 or 4 requests per level of a CPU run never falls below the median (p90 of two is the larger one)."""
+    """The ``q``-th percentile (0 < q <= 100) by nearest rank: a latency one request really had, which with the few
+    requests per level of a CPU run never falls below the median."""
     if not 0 < q <= 100:
         raise ValueError(f"q must be in (0, 100], got {q}")
     return float(np.percentile(_as_clean_array(values), q, method="inverted_cdf"))  # nearest rank
 
 
-#: the fewest prompts (or requests) a 95% interval of a per-prompt claim is computed from. Below it a bootstrap is
-#: not an interval: resampling n values can only return values between the sample's own min and max (with 2
-#: values, exactly them), so it covers the true median far less often than 95%; the notebooks then print the
-#: range of the n values and draw no verdict from it. Timings of repeated engine rounds (v(k)) are not prompts
-#: and keep the bootstrap's own minimum of 2.
+#: the fewest prompts a 95% interval of a per-prompt claim is computed from: resampling few values covers the true
+#: median far less often than 95%, so notebooks print their range and draw no verdict (v(k)'s rounds keep 2).
 MIN_VALUES_FOR_INTERVAL = 8
 
 
 def _bca(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int, confidence: float,
          seed: int | None) -> tuple[float, float]:
-    """scipy's bias-corrected and accelerated (BCa) bootstrap interval: at a handful of values it corrects the
-    percentile interval's bias and skew (a median of few timings is both), which our own percentile bootstrap
-    did not. Several arrays are resampled together (paired: one request's numbers stay one request's)."""
+    """scipy's BCa bootstrap interval, which corrects the percentile interval's bias and skew (a median of few timings
+    has both); several arrays are resampled together (paired: one request's numbers stay one request's)."""
     import warnings
 
     from scipy import stats as scipy_stats
@@ -70,9 +64,8 @@ def _bca(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int, confide
 
 def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resamples: int = 2000,
                  confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
-    """``(point, low, high)``: ``stat(values)`` with a BCa bootstrap interval (no normality assumption: skewed
-    timings). NaN interval with fewer than ``min_n`` values (NaNs dropped; at least 2); per-prompt claims pass
-    ``MIN_VALUES_FOR_INTERVAL``. Values without spread give the value itself as the interval."""
+    """``(point, low, high)``: ``stat(values)`` with a BCa bootstrap interval; a NaN interval with fewer than
+    ``min_n`` values (at least 2), NaNs dropped; values without spread give the value itself."""
     _check_confidence(confidence)
     if int(n_resamples) < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples!r}")
@@ -87,13 +80,10 @@ def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resample
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float], n_resamples: int = 2000,
                        confidence: float = 0.95, seed: int | None = 0, min_n: int = 2) -> tuple[float, float, float]:
-    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``. vLLM's acceptance rate is
-    pooled, so the interval resamples *requests* (pairs together, BCa) and recomputes the pooled ratio: a mean of
-    per-request rates would weigh a 3-draft answer like a 30-draft one. Pairs with a NaN, and pairs of two zeros
-    (a request that drafted nothing: no say in the ratio), are dropped; fewer than ``min_n`` pairs give a NaN
-    interval."""
-    num = np.asarray(numerators, dtype=float).ravel()
-    den = np.asarray(denominators, dtype=float).ravel()
+    """``(point, low, high)`` for a pooled ratio ``sum(numerators) / sum(denominators)``, like vLLM's acceptance rate:
+    the interval resamples requests (a mean of per-request rates would weigh a 3-draft answer like a 30-draft one).
+    Pairs with a NaN, or of two zeros (no say in the ratio), are dropped."""
+    num, den = np.asarray(numerators, dtype=float).ravel(), np.asarray(denominators, dtype=float).ravel()
     if num.shape != den.shape:
         raise ValueError(f"numerators and denominators must be paired (same length), got {num.size} and {den.size}")
     _check_confidence(confidence)

@@ -1,7 +1,4 @@
-"""Turn tidy per-request rows (``measure.measure_prompts``) into the notebooks' tables. Acceptance is pooled
-(vLLM's definition) with an interval that bootstraps that same ratio over requests (prompts differ far more
-than repeats do); speedups are paired: the same prompt, repeat and temperature on both servers.
-"""
+"""Per-request rows into the notebooks' tables: acceptance pooled (vLLM's definition), speedups paired per request."""
 
 from __future__ import annotations
 
@@ -37,15 +34,13 @@ def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "b
     keys = ["prompt_id", "repeat", "temperature"]
     values = [value] if isinstance(value, str) else list(value)
     base = results[results["server"] == baseline][keys + values].rename(columns={v: f"baseline_{v}" for v in values})
-    other = results[results["server"] != baseline]
-    return other.merge(base, on=keys, how="inner")
+    return results[results["server"] != baseline].merge(base, on=keys, how="inner")
 
 
 def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperature"),
                  baseline: str = "baseline", seed: int = 0) -> pd.DataFrame:
-    """One row per server and cell: acceptance (pooled, with a CI), decode speed, and speedup (with a CI); the
-    intervals are NaN where the cell has fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` requests, and the
-    speedup's range over them is given instead (``speedup_min``, ``speedup_max``)."""
+    """One row per server and cell: acceptance and speedup with their intervals (NaN for too few requests, with
+    the speedup's range instead), decode speed."""
     joined = paired(add_time_per_token(results), ["s_per_token", "decode_tokens_per_s"], baseline)
     rows = []
     for key, cell in joined.groupby(["server", *by], sort=True):
@@ -61,30 +56,26 @@ def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperatu
                          acceptance_ci_high=acc_hi, alpha_per_token=alpha, per_position=per_position(cell),
                          baseline_decode_tokens_per_s=float(cell["baseline_decode_tokens_per_s"].median()),
                          decode_tokens_per_s=float(cell["decode_tokens_per_s"].median()),
-                         decode_speedup=float(decode_speedup.median()),
-                         speedup=point, speedup_ci_low=lo, speedup_ci_high=hi,
-                         speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
+                         decode_speedup=float(decode_speedup.median()), speedup=point, speedup_ci_low=lo,
+                         speedup_ci_high=hi, speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
     return pd.DataFrame(rows)
 
 
 def per_position_long(summary: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
     """Long form of the per-position lists, for a line plot (position on x, rate on y)."""
-    return pd.DataFrame([{"cell": " / ".join(str(row[c]) for c in label_cols), "position": i + 1,
-                          "accepted_share": rate}
-                         for _, row in summary.iterrows() for i, rate in enumerate(row["per_position"])])
+    return pd.DataFrame([{"cell": " / ".join(str(row[c]) for c in label_cols), "position": i, "accepted_share": rate}
+                         for _, row in summary.iterrows() for i, rate in enumerate(row["per_position"], start=1)])
 
 
 def first_difference(a: Sequence, b: Sequence) -> int | None:
-    """Where two sequences (strings or token lists) first differ; the shorter's length if one is a prefix of
-    the other; None when they are equal."""
+    """Where two sequences first differ (the shorter's length if one is a prefix of the other); None if equal."""
     i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return None if i == len(a) == len(b) else i
 
 
 def greedy_agreement(results: pd.DataFrame, baseline: str = "baseline") -> pd.DataFrame:
-    """At temperature 0, is each speculative answer the baseline's, character for character? Lossless in exact
-    arithmetic, but the verify pass's batched product rounds differently, so a near-tie of the target's top two
-    tokens can flip: ``first_difference`` is the character where they part, or -1."""
+    """At temperature 0, is each speculative answer the baseline's, character for character (lossless only in exact
+    arithmetic)? ``first_difference``: the character where they part, or -1."""
     rows = []
     for _, r in paired(results[results["temperature"] == 0], "text", baseline).iterrows():
         a, b = str(r["baseline_text"]), str(r["text"])

@@ -1,7 +1,5 @@
-"""Measure a speculation candidate against the baseline and put the numbers into the cost model: one place
-for the definitions notebooks 04 and 07 share (alpha from the mean acceptance length, c, v(k) from
-``phases.verify_cost``, coverage f in every prediction, speedups paired per prompt).
-"""
+"""Measure a speculation candidate against the baseline and put the numbers into the cost model: the one place
+for the definitions notebooks 04 and 07 share (alpha, c, v(k), coverage f, speedups paired per prompt)."""
 
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ class Baseline:
 
     results: pd.DataFrame
     step_s: float
-    verify_table: pd.DataFrame
     verify_summary: pd.DataFrame  # per n positions: median v, quartiles, 95% interval (phases.summarize_verify_cost)
     verify: theory.VerifyCost  # the medians: what the cost model uses
 
@@ -44,33 +41,30 @@ def measure_baseline(target_dir: Path, prompts: Sequence, *, max_tokens: int, re
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=verify_ks))
     summary = phases.summarize_verify_cost(table)
     verify = theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()})
-    return Baseline(results=results, step_s=step_s, verify_table=table, verify_summary=summary, verify=verify)
+    return Baseline(results=results, step_s=step_s, verify_summary=summary, verify=verify)
 
 
 def measure_candidate(candidate: str, target_dir: Path, prompts: Sequence, baseline: Baseline, *, k: int,
                       max_tokens: int, repeats: int, temperature: float, provenance: dict,
-                      server_options: dict[str, Any], max_k: int, draft_sample_method: str | None = None,
-                      measure_cost: bool = True, draft_step: "DraftStep | None" = None) -> tuple[pd.DataFrame, dict]:
+                      server_options: dict[str, Any], max_k: int,
+                      draft_step: "DraftStep | None" = None) -> tuple[pd.DataFrame, dict]:
     """Run the candidate's speculative server on the baseline's prompts; return its rows and a summary.
     c = the draft's decode step time / the target's, each on its own server (0 for n-gram lookup);
     ``draft_step`` is the draft's step when the notebook timed it already (:func:`draft_step_seconds`)."""
     draft_dir = None if candidate == NGRAM else resolve_model(candidate)
-    config = ngram_config(k, 4) if draft_dir is None else draft_model_config(draft_dir, k, draft_sample_method)
+    config = ngram_config(k, 4) if draft_dir is None else draft_model_config(draft_dir, k)
     with VLLMServer(target_dir, name=candidate, speculative_config=config, **server_options) as server:
         warm_up(server)
         rows = measure_prompts([server], prompts, temperature=temperature, repeats=repeats,
                                max_tokens=max_tokens, provenance=provenance)
-    if not measure_cost:
-        c = float("nan")
-    elif draft_dir is None or Path(draft_dir).resolve() == Path(target_dir).resolve():
+    if draft_dir is None or Path(draft_dir).resolve() == Path(target_dir).resolve():
         c = 0.0 if draft_dir is None else 1.0
     else:
         c = (draft_step or draft_step_seconds(draft_dir, server_options)).step_s / baseline.step_s
     return rows, summarize_candidate(candidate, rows, baseline, k=k, c=c, max_k=max_k)
 
 
-#: how a decode step is timed, for the target and the draft alike: the median inter-token latency of
-#: 2 requests of 32 tokens each (``phases.itl_by_position``); c is the ratio of two such medians
+#: how a decode step is timed, target and draft alike (c is the ratio of two such medians): ``phases.itl_by_position``
 STEP_METHOD = {"output_tokens": 32, "repeats": 2}
 
 
@@ -86,10 +80,8 @@ class DraftStep:
 
 
 def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> DraftStep:
-    """The draft model's decode step, served alone (the numerator of c). Inside ``make run`` it is measured
-    once: a later notebook reads the first measurement instead of starting the same server again (the
-    machine, the server configuration and the method are the same; only the target's step, the denominator,
-    is timed again in each notebook, next to its own measurements)."""
+    """The draft model's decode step, served alone (the numerator of c). Inside ``make run`` it is measured once,
+    and later notebooks read it instead of starting that server again (only the target's step is timed again)."""
     from specdec_helpers.engine.pool import recall, remember
 
     server = VLLMServer(draft_dir, name="draft-alone", **server_options)
@@ -106,12 +98,9 @@ def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> Draft
 
 def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, *, k: int, c: float, max_k: int,
                         by_class: str | None = None) -> dict:
-    """Acceptance, cost, the model's prediction and the measured speedups for one candidate; ``best_k`` is
-    searched over 0..``max_k`` (the notebook says why it stops there)."""
+    """Acceptance, cost, the model's prediction and the measured speedups for one candidate (best_k in 0..max_k)."""
     both = pd.concat([baseline.results, rows], ignore_index=True)
-    if by_class:
-        both = both[both["class"] == by_class]
-    both = analysis.add_time_per_token(both)
+    both = analysis.add_time_per_token(both[both["class"] == by_class] if by_class else both)
     spec = both[both["server"] == candidate]
     pooled = pooled_acceptance(spec)
     mal = pooled["mean_acceptance_length"]
@@ -121,6 +110,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     decode_ratio = (pairs["decode_tokens_per_s"] / pairs["baseline_decode_tokens_per_s"]).dropna()
     ratios = (pairs["baseline_s_per_token"] / pairs["s_per_token"]).dropna()
     point, lo, hi = bootstrap_ci(ratios, np.median, min_n=MIN_VALUES_FOR_INTERVAL)
+
+    def stat(values: pd.Series, how: str) -> float:  # NaN for no values
+        return float(getattr(values, how)()) if len(values) else float("nan")
     coverage = draft_coverage(spec)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c, baseline.verify, coverage)
                  if np.isfinite(c) else float("nan"))
@@ -131,26 +123,20 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c, "coverage": coverage,
             "verify_cost_k_plus_1": baseline.verify(k + 1), "predicted_decode_speedup": predicted,
-            "measured_decode_speedup": float(decode_ratio.median()) if len(decode_ratio) else float("nan"),
-            "decode_speedup_min": float(decode_ratio.min()) if len(decode_ratio) else float("nan"),
-            "decode_speedup_max": float(decode_ratio.max()) if len(decode_ratio) else float("nan"),
-            "measured_speedup": point, "speedup_ci_low": lo, "speedup_ci_high": hi, "n_pairs": int(len(ratios)),
-            "speedup_min": float(ratios.min()) if len(ratios) else float("nan"),
-            "speedup_max": float(ratios.max()) if len(ratios) else float("nan"),
-            "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
+            "measured_decode_speedup": stat(decode_ratio, "median"), "decode_speedup_min": stat(decode_ratio, "min"),
+            "decode_speedup_max": stat(decode_ratio, "max"), "measured_speedup": point, "speedup_ci_low": lo,
+            "speedup_ci_high": hi, "n_pairs": int(len(ratios)), "speedup_min": stat(ratios, "min"),
+            "speedup_max": stat(ratios, "max"), "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
 
 
 def draft_coverage(spec_rows: pd.DataFrame) -> float:
-    """Coverage f: the share of decode steps that carried a draft (the one definition theory's ``coverage`` takes).
-    A step with a draft yields 1 + accepted tokens, one without yields 1, and prefill gives the first token."""
-    drafts = spec_rows["drafts"].sum()
-    accepted = spec_rows["accepted_tokens"].sum()
+    """Coverage f, the share of decode steps that carried a draft: one yields 1 + accepted tokens, one without 1."""
+    drafts, accepted = spec_rows["drafts"].sum(), spec_rows["accepted_tokens"].sum()
     plain = max((spec_rows["completion_tokens"] - 1).clip(lower=0).sum() - drafts - accepted, 0)
     return float(drafts / (drafts + plain)) if drafts + plain else 0.0
 
 
 def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
-    """Predicted decode speedup for every k, from the candidate's measured alpha and c."""
     return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
                           "predicted_speedup": theory.predicted_speedup_with_coverage(
                               summary["alpha_per_token"], k, summary["c"], verify, summary["coverage"])}

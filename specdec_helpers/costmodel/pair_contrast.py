@@ -1,7 +1,4 @@
-"""Measured alpha and c of *other* target/draft pairs (cpu-tiny's distilled drafts in data/drafts/manifest.json,
-reference runs of other profiles in data/reference/), each row saying where its numbers come from, for notebook
-04 to set next to its live candidates. ``break_even_alpha_free_verify``: the floor c alone sets (v = 1).
-"""
+"""Measured alpha and c of *other* target/draft pairs (drafts' manifest, reference runs), for notebook 04."""
 
 from __future__ import annotations
 
@@ -13,10 +10,10 @@ from typing import Any
 import pandas as pd
 
 from specdec_helpers.costmodel import theory
+from specdec_helpers.report.reference import REFERENCE_DIR
 from specdec_helpers.report.runs import REPO_ROOT
 
 MANIFEST = REPO_ROOT / "data" / "drafts" / "manifest.json"
-REFERENCE_DIR = REPO_ROOT / "data" / "reference"
 COLUMNS = ["pair", "candidate", "source", "size_ratio", "acceptance_rate", "mean_acceptance_length",
            "alpha_per_token", "c", "k", "break_even_alpha_free_verify", "measured_speedup"]
 _CANDIDATE_KEY = "candidates[candidate="
@@ -39,27 +36,24 @@ def row(pair: str, candidate: str, source: str, *, k: int, c: float | None, acce
             "measured_speedup": _num(measured_speedup)}
 
 
-def manifest_rows(target_parameters: float | None = None, manifest: str | Path = MANIFEST,
-                  task_class: str = "structured") -> list[dict[str, Any]]:
-    """cpu-tiny's distilled drafts as vLLM measured them when made; ``target_parameters`` gives the size ratio."""
+def manifest_rows(target_parameters: float | None = None, manifest: str | Path = MANIFEST) -> list[dict[str, Any]]:
+    """cpu-tiny's distilled drafts as vLLM measured them (structured prompts) when they were made."""
     path = Path(manifest)
     if not path.is_file():
         return []
     data = json.loads(path.read_text())
-    target = data.get("target", "?")
     rows = []
     for name, entry in sorted(data.get("drafts", {}).items()):
         measured = entry.get("measured") or {}
-        cls = measured.get(task_class) or {}
-        if not cls:
+        if not (cls := measured.get("structured")):
             continue
         total = entry.get("total_parameters")
-        ratio = target_parameters / total if target_parameters and total else None
-        conditions = measured.get("conditions", "conditions not recorded")
-        source = f"data/drafts/manifest.json (vLLM, {task_class} prompts: {conditions})"
-        rows.append(row(f"{target} + {name}", name, source, k=int(measured.get("k", 0)), c=measured.get("c"),
-                        acceptance_rate=cls.get("acceptance_rate"),
-                        mean_acceptance_length=cls.get("mean_acceptance_length"), size_ratio=ratio))
+        source = ("data/drafts/manifest.json (vLLM, structured prompts: "
+                  f"{measured.get('conditions', 'conditions not recorded')})")
+        rows.append(row(f"{data.get('target', '?')} + {name}", name, source, k=int(measured.get("k", 0)),
+                        c=measured.get("c"), acceptance_rate=cls.get("acceptance_rate"),
+                        mean_acceptance_length=cls.get("mean_acceptance_length"),
+                        size_ratio=target_parameters / total if target_parameters and total else None))
     return rows
 
 
@@ -76,15 +70,14 @@ def reference_rows(exclude_profile: str, reference_dir: str | Path = REFERENCE_D
         if profile == exclude_profile:
             continue
         values = ((data.get("notebooks") or {}).get(notebook) or {}).get("values") or {}
-        params = (data.get("provenance") or {}).get("parameters") or {}
-        k = int(params.get("num_speculative_tokens", 0) or 0)
-        target = params.get("target_model", "?")
+        prov = data.get("provenance") or {}
+        params = prov.get("parameters") or {}
+        k, target = int(params.get("num_speculative_tokens", 0) or 0), params.get("target_model", "?")
         per_candidate: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
             if key.startswith(_CANDIDATE_KEY) and "]/" in key:
                 name, field = key[len(_CANDIDATE_KEY):].split("]/", 1)
                 per_candidate.setdefault(name, {})[field] = value
-        prov = data.get("provenance") or {}
         smoke = ", smoke parameters" if prov.get("smoke") else ""
         source = (f"data/reference/{path.name} (reference run of `{profile}`{smoke}, "
                   f"{prov.get('hardware', '?')}, {str(prov.get('measured_at', '?'))[:10]})")

@@ -1,7 +1,4 @@
-"""Notebook 04's draft recommendation, handed to 05 and 06: from the executed 04 notebook in the run folder,
-else from the results/04_recommendation.json 04 writes itself (a learner running 04, then 05 by hand). Used
-only when it is a draft *model* (n-gram lookup has no draft to load) measured for the same target.
-"""
+"""Notebook 04's draft recommendation for 05 and 06: used only when it is a draft *model* for the same target."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The cost model of speculative decoding, with measured costs as inputs (notation: docs/glossary.md).
 
 A speculative step costs ``k * c + v(k)`` target decode steps and yields ``E(alpha, k)`` tokens. The papers
-(Leviathan et al. 2023; Chen et al. 2023) take the verify pass ``v = 1``, near true on a GPU at small batch;
-on a CPU or at high concurrency extra positions cost, the main reason speculation stops paying, so ``v`` is
-measured here (:class:`VerifyCost`, keyed by positions: ``v(k) = VerifyCost(k + 1)``).
+(Leviathan et al. 2023; Chen et al. 2023) take ``v = 1``, near true on a GPU at small batch; on a CPU or at high
+concurrency extra positions cost, so ``v`` is measured (:class:`VerifyCost`: ``v(k) = VerifyCost(k + 1)``).
 """
 
 from __future__ import annotations
@@ -52,9 +51,8 @@ def _first_reaching(f: Callable[[float], float], target: float) -> float:
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """Expected tokens per target pass, ``E = 1 + alpha + ... + alpha**k = (1 - alpha**(k+1)) / (1 - alpha)``: draft
-    token i survives only if all before it do; the target always adds one (vLLM's mean acceptance length). Near
-    ``alpha = 1`` (0/0) the series is summed."""
+    """``E = 1 + alpha + ... + alpha**k``: draft token i survives only if all before it do, and the target always
+    adds one (vLLM's mean acceptance length). Near ``alpha = 1`` the series is summed (the closed form is 0/0)."""
     a, g = _check_alpha(alpha), _check_k(k)
     if a > 1.0 - 1e-6:
         return float(sum(a**i for i in range(g + 1)))
@@ -62,13 +60,12 @@ def expected_tokens_per_pass(alpha: float, k: int) -> float:
 
 
 def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = False) -> float:
-    """The per-token ``alpha`` whose ``E(alpha, k)`` equals a measured mean acceptance length; not vLLM's rate
-    (accepted / proposed): later positions are reached only if all earlier ones were accepted. Assumes k-token
-    drafts (shorter n-gram drafts: an underestimate). ``clip``: clip ``mal`` into [1, k + 1]; unknown (None, NaN)
-    or ``k < 1`` gives NaN."""
+    """The per-token ``alpha`` whose ``E(alpha, k)`` is a measured mean acceptance length; not vLLM's rate: later
+    positions are reached only if all earlier ones were accepted. Assumes k-token drafts (shorter n-gram drafts: an
+    underestimate). ``clip``: ``mal`` clipped into [1, k + 1], and NaN for an unknown one or ``k < 1``."""
+    if clip and (mal is None or not math.isfinite(float(mal)) or k < 1):
+        return math.nan
     if clip:
-        if mal is None or not math.isfinite(float(mal)) or k < 1:
-            return math.nan
         mal = min(max(float(mal), 1.0), k + 1.0)
     g = _check_k(k, minimum=1)
     m = _number(mal, "mean acceptance length must be a number", lambda m: 1.0 <= m <= g + 1,
@@ -77,8 +74,8 @@ def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = Fa
 
 
 def alpha_from_per_position(rates: Iterable[float]) -> float:
-    """The ``alpha`` minimising ``sum_i (alpha**i - rates[i-1])**2`` (the geometric model: ``rates[i-1] = alpha**i``),
-    one for the whole per-position curve; real acceptance usually falls faster than geometric."""
+    """The ``alpha`` of the geometric model ``rates[i-1] = alpha**i`` closest (least squares) to a per-position curve;
+    real acceptance usually falls faster than geometric."""
     r = np.asarray(list(rates), dtype=float)
     if r.ndim != 1 or r.size == 0:
         raise ValueError("rates must be a non-empty list of per-position acceptance rates")
@@ -127,8 +124,7 @@ class VerifyCost(_PiecewiseLinear):
     def __init__(self, ratios: Mapping[int, float]) -> None:
         points = dict(ratios)
         if not points:
-            raise ValueError("VerifyCost needs at least one measured {positions: ratio}; "
-                             "pass verify=None for v(k) = 1")
+            raise ValueError("VerifyCost needs at least one measured {positions: ratio}; pass verify=None for v(k) = 1")
         points.setdefault(1, 1.0)
         super().__init__(points, "VerifyCost")
 
@@ -141,16 +137,14 @@ VerifyLike = VerifyCost | float | int | None
 
 
 def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None) -> float:
-    """Predicted decode speedup ``E(alpha, k) / (k * c + v(k))``, a draft at every step.
-    ``verify``: a VerifyCost, a number (``v(k)`` at this ``k``), or None for the papers' ``v = 1``."""
+    """``E(alpha, k) / (k * c + v(k))``, a draft at every step; ``verify``: a VerifyCost, ``v(k)`` or None (v = 1)."""
     return predicted_speedup_with_coverage(alpha, k, c, verify, 1.0)
 
 
 def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
                                     coverage: float = 1.0) -> float:
-    """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup). Steps
-    without a draft are plain decode steps (cost 1, 1 token), so averaged over decode steps:
-    ``(f * E + 1 - f) / (f * (k * c + v(k)) + 1 - f)``. ``f = 1`` is :func:`predicted_speedup`."""
+    """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup), the others
+    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k)) + 1 - f)``."""
     f = _check_coverage(coverage)
     a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
     if verify is None:  # the papers' free verification
@@ -165,9 +159,8 @@ def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: Veri
 
 def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
            coverage: float = 1.0) -> tuple[int, float]:
-    """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k``; ``(0, 1.0)``: do not speculate.
-    Coverage matters: a long ``k`` that pays per drafted step buys little when few steps draft. Searched
-    exhaustively (with a measured ``v(k)`` the curve need not be unimodal); ties go to the smaller ``k``."""
+    """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k`` (``(0, 1.0)``: do not speculate),
+    searched exhaustively (a measured ``v(k)`` need not give a unimodal curve); ties go to the smaller ``k``."""
     best = (0, 1.0)
     for g in range(1, _check_k(max_k, name="max_k") + 1):
         s = predicted_speedup_with_coverage(alpha, g, c, verify, coverage)
@@ -178,9 +171,8 @@ def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
 
 def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapping[int, float], batch: int,
                         coverage: float = 1.0) -> float:
-    """Predicted speedup when ``batch`` sequences decode together: why speculation fades with load. ``t(n)``:
-    measured time of a target forward over ``n`` tokens. Verifying ``b`` sequences costs ``t(b * (k + 1))``,
-    near ``t(b)`` while memory-bound, paid in full once compute-bound; the draft ``c * t(b)``."""
+    """Predicted speedup when ``batch`` sequences decode together, from ``t(n)``, a measured forward over ``n`` tokens:
+    verifying ``b`` sequences costs ``t(b * (k + 1))``, near ``t(b)`` only while memory-bound; drafting ``c * t(b)``."""
     a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
     b = _check_k(batch, minimum=1, name="batch (concurrent sequences)")
     t = _PiecewiseLinear(step_time_at_batch, "step_time_at_batch")
@@ -190,8 +182,7 @@ def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapp
 
 
 def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: float = 1.0) -> float:
-    """The per-token acceptance below which this ``k`` makes decoding slower: the cost side as one number.
-    Coverage does not move it (unless 0: every alpha breaks even). NaN when even ``alpha = 1`` loses."""
+    """The per-token acceptance below which this ``k`` makes decoding slower (NaN when even ``alpha = 1`` loses)."""
     g, cf, f = _check_k(k, minimum=1), _check_c(c), _check_coverage(coverage)
     if predicted_speedup_with_coverage(1.0, g, cf, verify, f) < 1.0:
         return float("nan")
@@ -199,10 +190,8 @@ def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: floa
 
 
 def end_to_end_speedup(prefill_share: float, decode_speedup: float, prefill_cost: float = 0.0) -> float:
-    """End-to-end speedup of one request when speculation changes both of its phases: a baseline request
-    spends ``prefill_share`` p of its time in prefill; the speculative one prefills the prompt with the target
-    *and* the draft (``prefill_cost``: the draft's prefill over the target's, so TTFT grows by 1 + c_pre) and
-    decodes ``decode_speedup`` times faster: ``1 / (p * (1 + c_pre) + (1 - p) / s_decode)``. Why long prompts
+    """``1 / (p * (1 + c_pre) + (1 - p) / s_decode)``: a request spends ``prefill_share`` p of its time in prefill,
+    which the draft lengthens by ``prefill_cost`` c_pre, and decodes ``decode_speedup`` times faster. Long prompts
     lose: as p grows, the draft's extra prefill weighs more and the decode gain less."""
     p = _number(prefill_share, "prefill_share must be a number", lambda x: 0.0 <= x <= 1.0,
                 "prefill_share must lie in [0, 1]")

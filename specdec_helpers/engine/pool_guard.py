@@ -1,13 +1,6 @@
-"""Run one shared vLLM server for as long as the run that owns it lives.
-
-    python -P specdec_helpers/engine/pool_guard.py OWNER_PID -- COMMAND...
-
-A shared server outlives the notebook kernel that started it, so it cannot die with its parent (the
-kernel) as a notebook's own server does. This guard leads the server's process group: it starts the
-command (which dies with the guard), checks twice a second that the owner (``tools.run_series``) is alive,
-and when the owner is gone, however it ended, stops the whole group. It runs as a script, by path, and
-imports nothing of this package (the kernel's sys.path is not the server's).
-"""
+"""``python -P pool_guard.py OWNER_PID -- COMMAND...``: run one shared vLLM server while the run owning it lives.
+A shared server outlives the kernel that started it; this guard leads its process group and stops it once the
+owner is gone, however it ended. Run by path, it imports nothing of this package."""
 
 from __future__ import annotations
 

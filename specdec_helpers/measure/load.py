@@ -1,8 +1,5 @@
-"""Concurrent load: does speculation still pay when the batch already fills the compute it spends?
-
-N concurrent streams (bounded in requests and time), the decode step of n sequences together (the cost
-model's ``t(n)``), and the crossover, named in words that stay true when there is none.
-"""
+"""Concurrent load: does speculation still pay when the batch already fills the compute it spends? N concurrent
+streams, the decode step of n sequences together (the cost model's ``t(n)``), and the crossover, in words."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ import pandas as pd
 
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import read_spec_counters
-from specdec_helpers.measure.phases import random_token_prompt
+from specdec_helpers.measure.phases import random_token_prompt, token_arrivals
 from specdec_helpers.stats import nearest_rank_percentile
 
 LOAD_PROMPTS_PER_CLASS = 8  # structured prompts the load test cycles through (notebook 06)
@@ -56,8 +53,7 @@ def run_concurrent(server: VLLMServer, prompts: Sequence, concurrency: int, requ
     with ThreadPoolExecutor(max_workers=1) as pool:
         wall_s, done = pool.submit(asyncio.run, drive()).result()
     counters = read_spec_counters(server.base_url) - before
-    latencies = [lat for lat, _ in done]
-    tokens = sum(n for _, n in done)
+    latencies, tokens = [lat for lat, _ in done], sum(n for _, n in done)
     return {"server": server.name, "concurrency": concurrency, "requests": len(done), "wall_s": wall_s,
             "completion_tokens": tokens, "throughput_tokens_per_s": tokens / wall_s,
             "latency_median_s": statistics.median(latencies), "latency_p90_s": nearest_rank_percentile(latencies, 90),
@@ -82,13 +78,11 @@ def steady_state_gaps(arrivals: Sequence[Sequence[float]], window: Window) -> li
 def decode_step_times(server: VLLMServer, batch_sizes: Iterable[int], *, window: Window, output_tokens: int = 24,
                       prompt_tokens: int = 32, seed: int = 0) -> pd.DataFrame:
     """``t(n)`` of ``costmodel.theory.concurrency_speedup``: median gap of n streams decoding together inside
-    ``window``, without speculation (the model prices a verify of k drafts for b sequences as t(b * (k + 1)))."""
+    ``window``, without speculation."""
     def arrivals_of(prompt_ids: list[int], start: threading.Barrier) -> list[float]:
         client = server.client()  # one client per stream: a shared one would queue on its connection pool
         start.wait()
-        stream = client.completions.create(model=server.served_model_name, prompt=prompt_ids, max_tokens=output_tokens,
-                                           temperature=0.0, stream=True, extra_body={"ignore_eos": True})
-        return [time.perf_counter() for chunk in stream if chunk.choices and chunk.choices[0].text]
+        return token_arrivals(client, server, prompt_ids, output_tokens)
 
     rows = []
     for n in sorted({int(b) for b in batch_sizes}):
@@ -116,8 +110,8 @@ def batch_sizes_for(levels: Iterable[int], k: int, largest: int | None = None) -
 
 @dataclass(frozen=True)
 class Crossover:
-    """Where speculation stops paying (find_crossover's threshold): ``status`` "stops" (paid at the lowest
-    level, lost from ``level`` on), "never", "always" or "mixed" (lost first, paid higher: noise)."""
+    """Where speculation stops paying: ``status`` "stops" (paid at the lowest level, lost from ``level`` on),
+    "never", "always" or "mixed" (lost first, paid higher: noise)."""
 
     status: str
     level: int | None  # set only for "stops"
@@ -125,7 +119,7 @@ class Crossover:
     levels: tuple[int, ...]
 
     def sentence(self, what: str = "Speculation") -> str:
-        """A title-sized sentence that is true for this outcome (never names a crossover that isn't)."""
+        """A title-sized sentence true for this outcome (it never names a crossover that isn't)."""
         lo, hi = self.levels[0], self.levels[-1]
         span = f"{lo}-{hi} concurrent streams" if lo != hi else f"{lo} concurrent stream{'s' * (lo != 1)}"
         if self.status == "stops" and self.level == self.last_paying + 1:
@@ -142,8 +136,7 @@ class Crossover:
 
 
 def find_crossover(speedups: Mapping[int, float], threshold: float = 1.0) -> Crossover:
-    """Classify measured (or predicted) speedups by concurrency level; see :class:`Crossover`. A level pays when its
-    speedup is above ``threshold`` (06 passes 1 + min_gain: the side "a gain" of the series' rule)."""
+    """Classify speedups by concurrency level (:class:`Crossover`): a level pays above ``threshold``."""
     if not speedups:
         raise ValueError("need the speedup at one concurrency level at least")
     levels = tuple(sorted(int(b) for b in speedups))

@@ -1,8 +1,5 @@
-"""vLLM's speculative-decoding counters and per-request timings, from the server's ``/metrics`` page.
-
-Both are cumulative since the engine started: a request's share is the difference of two reads around
-it, on a server with no other traffic. The parsing is prometheus_client's own.
-"""
+"""vLLM's speculative-decoding counters and per-request timings, from the server's ``/metrics`` page: cumulative
+since the engine started, so a request's share is the difference of two reads around it (no other traffic)."""
 
 from __future__ import annotations
 
@@ -73,11 +70,15 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(accepted_per_position=per_position, **totals)
 
 
-def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
-    """Fetch ``{base_url}/metrics`` and parse it; a baseline server reports all zeros."""
+def _metrics_page(base_url: str, timeout_s: float) -> str:
     response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
     response.raise_for_status()
-    return parse_spec_counters(response.text)
+    return response.text
+
+
+def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
+    """The counters of ``{base_url}/metrics``; a baseline server reports all zeros."""
+    return parse_spec_counters(_metrics_page(base_url, timeout_s))
 
 
 # The engine's own timings (vllm/v1/metrics/stats.py): without the HTTP and process hops a client times.
@@ -91,12 +92,10 @@ def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
     if not families:
         raise ValueError(f"the /metrics page has no histogram {name!r} (is this a vLLM v1 server?)")
     samples = [s for f in families for s in f.samples]
-    total = sum((s.value for s in samples if s.name == f"{name}_sum"), 0.0)
-    return total, sum((s.value for s in samples if s.name == f"{name}_count"), 0.0)
+    return tuple(sum((s.value for s in samples if s.name == f"{name}{end}"), 0.0) for end in ("_sum", "_count"))
 
 
 def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) -> dict[str, tuple[float, float]]:
     """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""
-    response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
-    response.raise_for_status()
-    return {name: parse_histogram_totals(response.text, name) for name in names}
+    text = _metrics_page(base_url, timeout_s)
+    return {name: parse_histogram_totals(text, name) for name in names}

@@ -1,9 +1,4 @@
-"""Measure prefill, decode and the cost v(k) of verifying k drafts (relative to a decode step).
-
-Prefill is one compute-bound pass speculation cannot help; decode is memory-bound, one token a pass, and
-is what it attacks; v(k) is what that costs (near 1 on a GPU at small batch, more on a CPU). Passes over
-n new tokens are timed (k drafts: n = k + 1), with token-id prompts: exact lengths, no chat template.
-"""
+"""Measure prefill, decode and the cost v(k) of verifying k drafts (passes over k + 1 new tokens), with token ids."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ from specdec_helpers.measure import metrics
 _TOKEN_RANGE = (1000, 30000)  # ordinary vocabulary ids of Llama-style tokenizers (no special tokens)
 ITL_PROMPT_TOKENS = 64  # prompt length of itl_by_position's requests
 VERIFY_BASE_TOKENS = 256  # the cached prefix verify_cost's passes run on (a whole number of blocks)
-#: Rounds of verify_cost: one pass varies by 7-30% (IQR / median) on a 2-core machine (engine timing,
-#: SmolLM2-135M and Qwen2.5-Coder-1.5B, bf16, Xeon with AMX), so a median needs ~10; 11 take seconds to a minute.
+#: Rounds of verify_cost: one pass varies by 7-30% (IQR / median) on a 2-core machine, so a median needs ~10.
 VERIFY_REPEATS = 11
 DECODE_STEP_TOKENS = 6  # answer length that times the decode step in each round: 5 steps time it to a few %
 
@@ -42,8 +36,7 @@ def time_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int =
     return time.perf_counter() - started
 
 
-def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: int = 3,
-                          seed: int = 0) -> pd.DataFrame:
+def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
     """Time to first token for fresh prompts of each length, interleaved across repeats."""
     rows = [{"prompt_tokens": length, "repeat": repeat,
              "ttft_s": time_completion(server, random_token_prompt(length, seed=seed + 1000 * repeat + length))}
@@ -51,30 +44,28 @@ def ttft_by_prompt_length(server: VLLMServer, lengths: Sequence[int], repeats: i
     return pd.DataFrame(rows)
 
 
+def token_arrivals(client, server: VLLMServer, prompt_ids: list[int], max_tokens: int) -> list[float]:
+    """When each token of a streamed greedy completion arrived (``ignore_eos``: exactly ``max_tokens`` of them)."""
+    stream = client.completions.create(model=server.served_model_name, prompt=prompt_ids, max_tokens=max_tokens,
+                                       temperature=0.0, stream=True, extra_body={"ignore_eos": True})
+    return [time.perf_counter() for chunk in stream if chunk.choices and chunk.choices[0].text]
+
+
 def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3,
                     prompt_tokens: int = ITL_PROMPT_TOKENS, seed: int = 0) -> pd.DataFrame:
     """Gap before each output token of a streamed answer (baseline server: one token per chunk)."""
-    client = server.client()
-    rows = []
+    client, rows = server.client(), []
     for repeat in range(repeats):
-        prompt = random_token_prompt(prompt_tokens, seed=seed + repeat)
-        stream = client.completions.create(model=server.served_model_name, prompt=prompt, max_tokens=output_tokens,
-                                           temperature=0.0, stream=True, extra_body={"ignore_eos": True})
-        previous, position = None, 0
-        for chunk in stream:
-            now = time.perf_counter()
-            if not chunk.choices or not chunk.choices[0].text:
-                continue
-            if previous is not None:
-                rows.append({"position": position, "repeat": repeat, "itl_s": now - previous})
-            previous, position = now, position + 1
+        arrivals = token_arrivals(client, server, random_token_prompt(prompt_tokens, seed=seed + repeat), output_tokens)
+        rows += [{"position": i, "repeat": repeat, "itl_s": b - a}
+                 for i, (a, b) in enumerate(zip(arrivals, arrivals[1:]), start=1)]
     return pd.DataFrame(rows)
 
 
 def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
                             settle_s: float = 2.0) -> dict[str, float]:
-    """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic, log stats
-    on) and by the client (``wall_s``). vLLM 0.32 records them before answering; the wait guards a later one."""
+    """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic) and by the
+    client (``wall_s``). vLLM 0.32 records them before answering; the wait guards a later one."""
     prefill, decode = metrics.PREFILL_TIME, metrics.DECODE_TIME
     before = metrics.read_histograms(server.base_url, [prefill, decode])
     wall = time_completion(server, prompt_ids, max_tokens=max_tokens)
@@ -92,7 +83,7 @@ def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_token
 def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
     """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
-    of each n (a slow moment hits all n alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
+    of every n (a slow moment hits all alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
     if base_tokens % KV_BLOCK_TOKENS:
         raise ValueError(f"base_tokens must be a multiple of {KV_BLOCK_TOKENS} so the whole prefix is cached")
     if repeats < 3:
@@ -121,8 +112,8 @@ def _v_of_rounds(passes: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
-    """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step: subtracting
-    the 1-position pass cancels a new request's scheduling and prefix lookup; medians keep one pass's noise out."""
+    """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step (subtracting the
+    1-position pass cancels a new request's scheduling and prefix lookup)."""
     one = df.loc[df["k"] == 1, "engine_s"].median()
     step = df["decode_step_s"].median()
     if not (one > 0 and step > 0):
@@ -132,8 +123,8 @@ def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
                           seed: int = 0) -> pd.DataFrame:
-    """Per n: v (add_verify_ratio's, over all rounds), single passes' quartiles and a bootstrap interval over
-    whole rounds (so the unit's uncertainty is in it: the cost model divides by v). v <= 0 is a broken run."""
+    """Per n: v over all rounds, single passes' quartiles and a bootstrap interval over whole rounds (so the decode
+    step's uncertainty is in it). v <= 0 is a broken run."""
     wide = df.pivot(index="repeat", columns="k", values="engine_s").sort_index(axis=1)
     steps = df.groupby("repeat")["decode_step_s"].first().reindex(wide.index).to_numpy(dtype=float)
     passes = wide.to_numpy(dtype=float)
@@ -143,8 +134,7 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
     point = _v_of_rounds(passes, steps)
     picks = np.random.default_rng(seed).integers(0, len(wide), size=(n_resamples, len(wide)))
     boot = _v_of_rounds(passes[picks], steps[picks])
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [tail, 1.0 - tail], axis=0)
+    low, high = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
     if (point <= 0).any() or (low <= 0).any():
         raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
                          f"from {np.round(low, 3).tolist()}): the machine was too busy while v(k) was timed. "
@@ -156,9 +146,8 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
 
 
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5, threads: int | None = None) -> float:
-    """This CPU's memory bandwidth from an array copy split over ``threads`` threads (default: one per usable core,
-    as a decode step uses every core; one thread alone may not saturate the memory bus). numpy releases the GIL
-    while it copies, so the threads copy their slices at once."""
+    """This CPU's memory bandwidth from an array copy over ``threads`` threads (default: one per usable core, as a
+    decode step uses every core); numpy releases the GIL while it copies."""
     from concurrent.futures import ThreadPoolExecutor
 
     from specdec_helpers.engine.cpu import usable_core_ids

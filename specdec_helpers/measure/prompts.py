@@ -1,9 +1,5 @@
-"""Prompt sets: load, check and subsample the JSONL files the experiments run on; long documents.
-
-Every prompt has a class ("structured", "creative", ...): whether a draft pays depends on the workload.
-The loader (format: data/prompts/README.md) is strict: a skipped or mangled prompt measures something
-else, so every problem is a PromptFileError naming the file, the line and the problem in plain words.
-"""
+"""Prompt sets (data/prompts/README.md) and long documents. The loader is strict (a mangled prompt measures
+something else): every problem is a PromptFileError naming the file, the line and the problem."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ class Prompt:
     max_tokens: int
 
     @property
-    def user_text(self) -> str:
-        """Content of the last (user) message: the part a reader wants to see in a table."""
+    def user_text(self) -> str:  # the last (user) message: what a reader wants to see in a table
         return str(self.messages[-1]["content"])
 
 
@@ -116,8 +111,7 @@ def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
         if path.is_dir():
             raise IsADirectoryError(f"expected a prompt file (.jsonl), got a directory: {path}")
         loaded = len(prompts)
-        # Decode line by line so that a bad byte is reported at its line, like any other problem.
-        for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):  # a bad byte reported at its line
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -164,8 +158,7 @@ def select(prompts: Sequence[Prompt], cls: str | Iterable[str] | None = None,
         raise ValueError(f"limit_per_class must be a positive integer or None, got {limit_per_class!r}")
     wanted = None if cls is None else {cls} if isinstance(cls, str) else set(cls)
     present = sorted({p.cls for p in prompts})
-    unknown = sorted((wanted or set()) - set(present))
-    if unknown:
+    if unknown := sorted((wanted or set()) - set(present)):
         raise ValueError(f"no prompts of class {', '.join(map(repr, unknown))}; "
                          f"classes present: {', '.join(present) or 'none'}")
     chosen = [p for p in prompts if wanted is None or p.cls in wanted]
@@ -187,13 +180,12 @@ _DOCUMENT = json.loads((PROMPTS_DIR / "long_document.json").read_text(encoding="
 
 def long_document_prompt(n_records: int, seed: int = 0, task: str = "codeword") -> tuple[list[dict], str]:
     """(messages, answer) of a needle in ``n_records`` lines (long input, short answer: prefill dominates): the
-    codeword for ``task="codeword"``, the line's label ("Record 0042") for ``"quote"`` (copy that line)."""
+    codeword (``task="codeword"``), or the line's label ("Record 0042", ``"quote"``)."""
     if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
         raise ValueError(f"n_records must be a positive integer, got {n_records!r}")
     if task not in _DOCUMENT["questions"]:
         raise ValueError(f"task must be one of {', '.join(_DOCUMENT['questions'])}, got {task!r}")
-    rng, words = random.Random(seed), _DOCUMENT
-    width = max(4, len(str(n_records)))
+    rng, words, width = random.Random(seed), _DOCUMENT, max(4, len(str(n_records)))
     needle = rng.randrange(n_records)
     answer = f"{rng.choice(words['colours'])}-{rng.choice(words['animals'])}-{rng.randint(10, 99)}"
     lines = []
@@ -223,9 +215,8 @@ class SizedDocument:
 
 def long_document_for_tokens(target_tokens: int, count_tokens: Callable[[list[dict]], int], seed: int = 0,
                              task: str = "codeword") -> SizedDocument:
-    """The longest :func:`long_document_prompt` of at most ``target_tokens`` by ``count_tokens`` (the target's
-    own, ``models.tokenizer.chat_token_counter``: a record is 28 tokens with one tokenizer, 45 with another).
-    Counts are not monotone in records (each draws a new document): the result is one measured to fit."""
+    """The longest :func:`long_document_prompt` of at most ``target_tokens`` by ``count_tokens`` (the target's own,
+    ``models.tokenizer.chat_token_counter``). Counts are not monotone in records: the result is one measured to fit."""
     if isinstance(target_tokens, bool) or not isinstance(target_tokens, int) or target_tokens < 1:
         raise ValueError(f"target_tokens must be a positive integer, got {target_tokens!r}")
     built: dict[int, tuple[int, list[dict], str]] = {}
@@ -241,8 +232,7 @@ def long_document_for_tokens(target_tokens: int, count_tokens: Callable[[list[di
     hi = 2
     while fits(hi):
         hi *= 2
-    # hi // 2 fits and hi does not. Searching hi, hi - 1, ... (descending) probes the midpoints of the
-    # interval, rounded down, as a plain bisection between the two would.
+    # hi // 2 fits and hi does not: bisect descending, probing the midpoints (rounded down) as plain bisection would
     n = hi - bisect.bisect_left(range(hi, hi // 2, -1), True, lo=1, key=fits)
     tokens, messages, answer = built[n]
     return SizedDocument(target_tokens=target_tokens, tokens=tokens, n_records=n, messages=messages, answer=answer)

@@ -1,14 +1,11 @@
-"""Time streamed chat completions and attach vLLM's acceptance to each request: the counter deltas of
-``/metrics`` around it, and the request's own ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics``),
-which a test checks against the deltas; the per-request numbers add the steps and the histogram of accepted drafts.
-
-A chunk can carry all the tokens one verify pass accepted, so the per-token number is (completion tokens
-- 1) / (end-to-end - TTFT), with the server's own count from ``usage``: honest for both servers. Rows
-carry provenance, so a number never travels without the conditions it was measured under.
+"""Time streamed chat completions and attach vLLM's acceptance to each request (the ``/metrics`` deltas around it
+and its own ``metrics.speculative_decoding``). A chunk can carry several tokens, so the per-token number is
+(completion tokens - 1) / (end-to-end - TTFT), with the server's count from ``usage``.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -36,27 +33,23 @@ class StreamResult:
         return self.e2e_s - self.ttft_s
 
     @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens after the first, per second of decoding (NaN for a one-token answer)."""
+    def decode_tokens_per_s(self) -> float:  # tokens after the first per second of decoding (NaN for one token)
         ok = self.completion_tokens >= 2 and self.decode_s > 0
         return (self.completion_tokens - 1) / self.decode_s if ok else float("nan")
 
     @property
-    def mean_itl_s(self) -> float:
-        """Mean inter-token latency: decode time spread over the tokens after the first."""
+    def mean_itl_s(self) -> float:  # decode time spread over the tokens after the first
         return self.decode_s / (self.completion_tokens - 1) if self.completion_tokens >= 2 else float("nan")
 
 
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
                 top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None) -> StreamResult:
-    """Stream one chat completion and time it. ``usage`` gives the server's token counts."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
         seed=seed, stream=True, stream_options={"include_usage": True}, extra_body=extra_body or {})
     pieces: list[str] = []
-    arrivals: list[float] = []
-    usage = finish_reason = spec_metrics = None
+    first = usage = finish_reason = spec_metrics = None
     for chunk in stream:
         now = time.perf_counter()
         if chunk.usage is not None:
@@ -66,14 +59,12 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
         for choice in chunk.choices:
             if choice.delta and choice.delta.content:
                 pieces.append(choice.delta.content)
-                arrivals.append(now)
-            if choice.finish_reason:
-                finish_reason = choice.finish_reason
+                first = first or now
+            finish_reason = choice.finish_reason or finish_reason
     ended = time.perf_counter()
     if usage is None:
         raise RuntimeError("The server sent no usage block; vLLM's OpenAI server should (stream_options).")
-    first = arrivals[0] if arrivals else ended
-    return StreamResult(text="".join(pieces), ttft_s=first - started, e2e_s=ended - started,
+    return StreamResult(text="".join(pieces), ttft_s=(first or ended) - started, e2e_s=ended - started,
                         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                         finish_reason=finish_reason, spec_metrics=spec_metrics)
 
@@ -94,19 +85,15 @@ def measure_request(server: VLLMServer, messages: Sequence[dict], **sampling: An
 
 
 def per_request_columns(spec_metrics: dict | None) -> dict[str, Any]:
-    """The request's own acceptance as row columns (``pr_``: per request): verify steps, proposed and accepted
-    draft tokens, rate, mean acceptance length, steps that accepted nothing, and the histogram and per-step
-    list of accepted drafts (lists). Empty for a baseline request."""
-    if not spec_metrics:
+    """The request's own acceptance as row columns (``pr_``: per request); empty for a baseline request."""
+    if not (m := spec_metrics):
         return {}
-    histogram = list(spec_metrics.get("acceptance_histogram") or [])
-    return {"pr_steps": spec_metrics["num_spec_steps"], "pr_draft_tokens": spec_metrics["num_draft_tokens"],
-            "pr_accepted_tokens": spec_metrics["num_accepted_draft_tokens"],
-            "pr_acceptance_rate": (spec_metrics["num_accepted_draft_tokens"] / spec_metrics["num_draft_tokens"]
-                                   if spec_metrics["num_draft_tokens"] else float("nan")),
-            "pr_mean_acceptance_length": spec_metrics["mean_acceptance_length"],
-            "pr_zero_accept_steps": histogram[0] if histogram else 0,
-            "pr_histogram": histogram, "pr_per_step_accepted": list(spec_metrics.get("per_step_accepted") or [])}
+    histogram = list(m.get("acceptance_histogram") or [])
+    drafted, accepted = m["num_draft_tokens"], m["num_accepted_draft_tokens"]
+    return {"pr_steps": m["num_spec_steps"], "pr_draft_tokens": drafted, "pr_accepted_tokens": accepted,
+            "pr_acceptance_rate": accepted / drafted if drafted else float("nan"),
+            "pr_mean_acceptance_length": m["mean_acceptance_length"], "pr_zero_accept_steps": (histogram or [0])[0],
+            "pr_histogram": histogram, "pr_per_step_accepted": list(m.get("per_step_accepted") or [])}
 
 
 def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
@@ -119,27 +106,23 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
 def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, temperature: float = 0.0,
                     repeats: int = 1, seed: int = 0, max_tokens: int | None = None,
                     provenance: dict | None = None, progress: bool = True) -> pd.DataFrame:
-    """Every ``measure.prompts.Prompt`` on every server, interleaved per prompt so drift hits both alike:
-    one tidy row per (server, prompt, repeat) with timings, token counts, acceptance and provenance."""
+    """Every ``Prompt`` on every server, interleaved so drift hits both alike: one row per (server, prompt, repeat)."""
     from tqdm.auto import tqdm
 
-    servers = list(servers)
-    rows: list[dict] = []
+    servers, rows = list(servers), []
     with tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress) as bar:
-        for prompt in prompts:
-            for repeat in range(repeats):
-                for server in servers:
-                    m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
-                                        temperature=temperature, seed=seed + repeat)
-                    r, spec = m.result, server.speculative_config or {}
-                    row = {"server": server.name, "method": spec.get("method", "none"),
-                           "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
-                           "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
-                           "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
-                           "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
-                           "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                           "finish_reason": r.finish_reason, "text": r.text}
-                    rows.append({**row, **(m.counters.as_dict() if spec else {}),
-                                 **per_request_columns(r.spec_metrics), **(provenance or {})})
-                    bar.update()
+        for prompt, repeat, server in itertools.product(prompts, range(repeats), servers):
+            m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
+                                temperature=temperature, seed=seed + repeat)
+            r, spec = m.result, server.speculative_config or {}
+            row = {"server": server.name, "method": spec.get("method", "none"),
+                   "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
+                   "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
+                   "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
+                   "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
+                   "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                   "finish_reason": r.finish_reason, "text": r.text}
+            rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics),
+                         **(provenance or {})})
+            bar.update()
     return pd.DataFrame(rows)

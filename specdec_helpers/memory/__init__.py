@@ -1,5 +1,4 @@
-"""Memory of a target and a draft with their KV caches: models and GPUs (``catalog``), the vLLM
-budget (``budget``), its figures (``plots``) and vLLM's own KV log (``kv_capacity``)."""
+"""Memory of a target and a draft with their KV caches: ``catalog``, ``budget``, ``plots``, ``kv_capacity``."""
 
 from specdec_helpers.memory import budget, catalog
 from specdec_helpers.memory.budget import *  # noqa: F401,F403  (the budget API, as ``memory.plan_budget``)

@@ -1,8 +1,6 @@
-"""Memory budget for serving a target model, and optionally a draft, with vLLM (v1): the engine gets
-``GPU memory x gpu_memory_utilization``, takes the weights and an activation reserve out of it and
-turns the rest into one KV pool shared by every layer of both models, so a cached token costs both
-models' KV bytes and a draft shows up as fewer requests at once. ``GB`` is 1e9 bytes as vendors state
-memory (their "80 GB" is nearer 80 GiB: slightly conservative budgets); vLLM's logs speak ``GIB``.
+"""Memory budget for serving a target model, and optionally a draft, with vLLM (v1): the engine gets ``GPU memory x
+gpu_memory_utilization``, takes the weights and an activation reserve out and turns the rest into one KV pool for
+both models, so a draft shows up as fewer requests at once. ``GB`` is 1e9 bytes as vendors state memory.
 """
 from __future__ import annotations
 
@@ -12,14 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from specdec_helpers.memory.catalog import (
-    GPUSpec,
-    ModelShape,
-    canonical_dtype,
-    dtype_bytes,
-    gpu_spec,
-    model_shape,
-)
+from specdec_helpers.memory.catalog import GPUSpec, ModelShape, canonical_dtype, dtype_bytes, gpu_spec, model_shape
 
 __all__ = ["GB", "GIB", "DEFAULT_FIXED_OVERHEAD_GB", "DEFAULT_PREFILL_CHUNK_TOKENS", "DEFAULT_MAX_NUM_SEQS",
            "BudgetError", "ContextTooLongError", "Budget", "weight_bytes", "kv_bytes_per_token", "kv_tokens_for_space",
@@ -42,8 +33,7 @@ class BudgetError(ValueError):
 
 
 class ContextTooLongError(BudgetError):
-    """Weights fit, but the KV pool cannot hold one sequence of the requested context;
-    ``max_context_len`` is the longest that would fit, in whole KV blocks (0 when none does)."""
+    """Weights fit, but the KV pool cannot hold one sequence; ``max_context_len`` is the longest that fits."""
 
     def __init__(self, message: str, max_context_len: int) -> None:
         super().__init__(message)
@@ -51,9 +41,8 @@ class ContextTooLongError(BudgetError):
 
 
 def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> float:
-    """Bytes of one full copy of the weights. In fp8 and int4 only the layers' linear weights are narrow:
-    vLLM's fp8 and the usual AWQ/GPTQ checkpoints keep embeddings, LM head and norms in 16 bits
-    (Llama-3.2-1B's embeddings are a fifth of its parameters). Quantization scales are not counted."""
+    """Bytes of one copy of the weights. In fp8 and int4 only the layers' linear weights are narrow (vLLM's fp8 and
+    AWQ/GPTQ checkpoints keep embeddings, LM head and norms in 16 bits); quantization scales are not counted."""
     per_value = dtype_bytes(dtype, shape)
     if per_value >= 2:
         return float(shape.parameter_count) * per_value
@@ -62,8 +51,8 @@ def weight_bytes(shape: ModelShape, dtype: str = "bf16") -> float:
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> float:
-    """KV-cache bytes of one token per GPU: 2 (K and V) x layers x KV heads x head_dim x bytes. vLLM splits
-    the KV heads over tensor-parallel ranks (each keeps at least one), so a GPU more buys context too."""
+    """KV-cache bytes of one token per GPU: 2 (K and V) x layers x KV heads x head_dim x bytes, the KV heads split
+    over tensor-parallel ranks (each keeps at least one)."""
     kv_heads = max(1, shape.kv_heads // tensor_parallel)
     return 2.0 * shape.layers * kv_heads * shape.head_dim * dtype_bytes(kv_dtype, shape)
 
@@ -76,37 +65,28 @@ def _as_shapes(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]]) -> list[M
 
 def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], kv_space_bytes: float,
                         block_size: int = 16, kv_dtype: str = "auto", tensor_parallel: int = 1) -> int:
-    """Tokens a KV space holds in whole blocks, for one model or several sharing one pool (a block holds
-    ``block_size`` tokens of every layer of every model, as vLLM v1 cuts it: compare its "KV cache size:
-    N tokens" log line). ``kv_dtype="auto"``: each model's own dtype."""
-    shapes = _as_shapes(shape_or_shapes)
+    """Tokens a KV space holds in whole blocks (``block_size`` tokens of every layer of every model sharing the pool,
+    as vLLM v1 cuts it); ``kv_dtype="auto"``: each model's own dtype."""
     if block_size < 1:
         raise ValueError("block_size must be a positive number of tokens")
-    per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in shapes)
-    if kv_space_bytes <= 0:
-        return 0
-    return math.floor(kv_space_bytes / (block_size * per_token)) * block_size
+    per_token = sum(kv_bytes_per_token(s, kv_dtype, tensor_parallel) for s in _as_shapes(shape_or_shapes))
+    return math.floor(kv_space_bytes / (block_size * per_token)) * block_size if kv_space_bytes > 0 else 0
 
 
 def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_parallel: int = 1,
                          activation_dtype: str = "bf16", prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> float:
-    """The reserve vLLM keeps out of the KV pool, per GPU, in GB: an estimate (~2.6 GB for an 8B; vLLM's
-    log has the measured one). The fixed part plus one prefill chunk's peak: the MLP's gate, up and
-    activated outputs, ~4 hidden-wide tensors, and the sampler's float32 logits. Target and draft
-    run one after the other, so the peak is the larger model's."""
+    """An estimate of the reserve vLLM keeps out of the KV pool, per GPU, in GB: the fixed part plus the larger
+    model's peak in one prefill chunk (MLP gate, up and output, ~4 hidden-wide tensors, float32 logits)."""
     act = dtype_bytes(activation_dtype)
-    peak = 0.0
-    for s in _as_shapes(shapes):
-        activations = prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
-        peak = max(peak, activations + max_num_seqs * s.vocab * 4)
+    peak = max((prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
+               + max_num_seqs * s.vocab * 4 for s in _as_shapes(shapes)), default=0.0)
     return DEFAULT_FIXED_OVERHEAD_GB + peak / GB
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Where one vLLM engine's memory goes, per GPU, in GB (1e9 bytes). ``*_without_draft``: what the
-    same engine would hold with no draft (its weights back in the pool, a token costs the target's KV)."""
+    """Where one vLLM engine's memory goes, per GPU, in GB; ``*_without_draft``: the same engine with no draft."""
 
     gpu: GPUSpec
     gpu_memory_utilization: float
@@ -130,20 +110,16 @@ class Budget:
     max_concurrent_seqs_without_draft: int
 
     @property
-    def kv_bytes_per_token(self) -> float:
-        """What one cached token costs in the shared pool: target plus draft."""
+    def kv_bytes_per_token(self) -> float:  # in the shared pool: target plus draft
         return self.target_kv_bytes_per_token + self.draft_kv_bytes_per_token
 
     @property
-    def draft_concurrency_cost(self) -> int:
-        """Sequences of ``context_len`` tokens the draft takes away."""
+    def draft_concurrency_cost(self) -> int:  # sequences of ``context_len`` tokens the draft takes away
         return self.max_concurrent_seqs_without_draft - self.max_concurrent_seqs
 
     def as_rows(self) -> list[dict[str, Any]]:
-        """Rows ``{"component", "gb"}`` of a stacked bar that adds up to the card; the KV pool is split
-        in proportion to bytes per token, so the draft's hidden cost shows."""
-        per_token = self.kv_bytes_per_token
-        draft_share = self.draft_kv_bytes_per_token / per_token if per_token else 0.0
+        """Rows ``{"component", "gb"}`` of a stacked bar adding up to the card; the KV pool split by bytes per token."""
+        draft_share = self.draft_kv_bytes_per_token / self.kv_bytes_per_token if self.kv_bytes_per_token else 0.0
         rows = [
             ("target weights", self.target_weights_gb),
             ("draft weights", self.draft_weights_gb),
@@ -154,8 +130,7 @@ class Budget:
         ]
         return [{"component": c, "gb": round(gb, 3)} for c, gb in rows if self.draft is not None or "draft" not in c]
 
-    def summary(self) -> str:
-        """A few plain sentences for a notebook cell or a log."""
+    def summary(self) -> str:  # a few plain sentences
         gpus = f"{self.tensor_parallel} x {self.gpu.name}" if self.tensor_parallel > 1 else self.gpu.name
         per = " per GPU" if self.tensor_parallel > 1 else ""
         draft = f" and the draft {self.draft} {self.draft_weights_gb:.1f} GB" if self.draft is not None else ""
@@ -164,11 +139,9 @@ class Budget:
                 f"{self.overhead_gb:.1f} GB is reserved for activations and overhead; the KV cache gets "
                 f"{self.kv_pool_gb:.1f} GB = {self.kv_tokens:,} tokens, {self.max_concurrent_seqs} sequences of "
                 f"{self.context_len:,} tokens at once.")
-        if self.draft is None:
-            return text
-        return text + (f" Without the draft: {self.kv_tokens_without_draft:,} tokens, "
-                       f"{self.max_concurrent_seqs_without_draft} sequences; the draft costs "
-                       f"{self.draft_concurrency_cost} concurrent sequences.")
+        return text if self.draft is None else text + (
+            f" Without the draft: {self.kv_tokens_without_draft:,} tokens, {self.max_concurrent_seqs_without_draft} "
+            f"sequences; the draft costs {self.draft_concurrency_cost} concurrent sequences.")
 
 
 def _resolve(model: ModelLike) -> tuple[str, ModelShape]:
@@ -177,18 +150,9 @@ def _resolve(model: ModelLike) -> tuple[str, ModelShape]:
     return (str(model) if unnamed else shape.name), shape
 
 
-def _check_split(shape: ModelShape, tensor_parallel: int) -> None:
-    if shape.heads % tensor_parallel:
-        raise BudgetError(f"{shape.name} has {shape.heads} attention heads, which do not split over tensor_parallel="
-                          f"{tensor_parallel} GPUs; vLLM needs the head count to be a multiple of tensor_parallel")
-    if shape.kv_heads % tensor_parallel and tensor_parallel % shape.kv_heads:
-        raise BudgetError(f"{shape.name} has {shape.kv_heads} KV heads; tensor_parallel={tensor_parallel} "
-                          f"must divide them or be a multiple of them")
-
-
 def _suggest_tp(shapes: list[ModelShape], weight_dtype: str, reserve_gb: float, usable_gb: float, current: int) -> int:
-    """The smallest power-of-two multiple of ``current`` up to 64 whose weight share fits next to the
-    reserve and whose head split vLLM accepts; ``current * 2`` when none does."""
+    """The smallest power-of-two multiple of ``current`` up to 64 whose weight share fits next to the reserve and
+    whose head split vLLM accepts; ``current * 2`` when none does."""
     total = sum(weight_bytes(s, weight_dtype) for s in shapes) / GB
     candidates = (tp for tp in (current * 2**i for i in range(1, 7)) if tp <= 64)
     fits = (tp for tp in candidates if all(s.heads % tp == 0 for s in shapes) and total / tp + reserve_gb <= usable_gb)
@@ -199,29 +163,30 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                 gpu_memory_utilization: float = 0.9, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 context_len: int = 8192, tensor_parallel: int = 1, overhead_gb: float | None = None,
                 block_size: int = 16) -> Budget:
-    """Plan one vLLM engine's memory, per GPU, the way vLLM v1 does (see the module docstring).
-
-    Models: a catalog name, hub id, path, config dict or :class:`ModelShape` (then nothing is looked up
-    again). Two servers on one card each get their own utilization. ``overhead_gb=None`` estimates the
-    reserve (pass vLLM's logged one to reproduce a server). Not counted: speculation's extra slots per
-    sequence, prefix-cache sharing. :class:`BudgetError` says what to change when it does not fit."""
+    """Plan one vLLM engine's memory, per GPU, the way vLLM v1 does. Models: a catalog name, hub id, path, config
+    dict or :class:`ModelShape`. ``overhead_gb=None`` estimates the reserve (vLLM's logged one reproduces a server).
+    Not counted: speculation's extra slots, prefix-cache sharing. :class:`BudgetError` says what to change."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError("gpu_memory_utilization is a fraction of the card: 0 < u <= 1")
     if tensor_parallel < 1 or int(tensor_parallel) != tensor_parallel:
         raise ValueError("tensor_parallel must be a whole number of GPUs, at least 1")
     if context_len < 1:
         raise ValueError("context_len must be at least one token")
-    tensor_parallel = int(tensor_parallel)
-    spec = gpu_spec(gpu)
+    tensor_parallel, spec = int(tensor_parallel), gpu_spec(gpu)
     target_name, t_shape = _resolve(target)
     d_name, d_shape = _resolve(draft) if draft is not None else (None, None)
-    shapes = [t_shape] + ([d_shape] if d_shape is not None else [])
-    for s in shapes:
-        _check_split(s, tensor_parallel)
+    shapes = [s for s in (t_shape, d_shape) if s is not None]
+    for s in shapes:  # vLLM splits the heads over the GPUs
+        if s.heads % tensor_parallel:
+            raise BudgetError(f"{s.name} has {s.heads} attention heads, which do not split over tensor_parallel="
+                              f"{tensor_parallel} GPUs; vLLM needs the head count to be a multiple of tensor_parallel")
+        if s.kv_heads % tensor_parallel and tensor_parallel % s.kv_heads:
+            raise BudgetError(f"{s.name} has {s.kv_heads} KV heads; tensor_parallel={tensor_parallel} "
+                              f"must divide them or be a multiple of them")
     act_dtype = "fp32" if canonical_dtype(weight_dtype, t_shape) == "fp32" else "bf16"
     usable_gb = spec.memory_gb * gpu_memory_utilization
-    t_weights = weight_bytes(t_shape, weight_dtype) / tensor_parallel / GB
-    d_weights = weight_bytes(d_shape, weight_dtype) / tensor_parallel / GB if d_shape else 0.0
+    t_weights, d_weights = (weight_bytes(s, weight_dtype) / tensor_parallel / GB if s else 0.0
+                            for s in (t_shape, d_shape))
     if overhead_gb is None:
         reserve = estimate_overhead_gb(shapes, tensor_parallel, act_dtype)
         reserve_alone = estimate_overhead_gb([t_shape], tensor_parallel, act_dtype)
@@ -235,8 +200,7 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                           f"activations and overhead), the card gives {usable_gb:.1f} GB at this utilization "
                           f"({spec.memory_gb:g} GB x {gpu_memory_utilization:g}); try tensor_parallel={tp}, "
                           f"a lower dtype or a bigger GPU")
-    t_kv = kv_bytes_per_token(t_shape, kv_dtype, tensor_parallel)
-    d_kv = kv_bytes_per_token(d_shape, kv_dtype, tensor_parallel) if d_shape else 0.0
+    t_kv, d_kv = (kv_bytes_per_token(s, kv_dtype, tensor_parallel) if s else 0.0 for s in (t_shape, d_shape))
     kv_pool_gb = usable_gb - need
     blocks_per_seq = math.ceil(context_len / block_size)
     kv_tokens = kv_tokens_for_space(shapes, kv_pool_gb * GB, block_size, kv_dtype, tensor_parallel)
@@ -248,21 +212,17 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
                                   f"gpu_memory_utilization, use kv_dtype='fp8' or more GPUs", max_context_len=kv_tokens)
     tokens_alone = kv_tokens_for_space(t_shape, (usable_gb - t_weights - reserve_alone) * GB, block_size, kv_dtype,
                                        tensor_parallel)
-    return Budget(
-        gpu=spec, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel=tensor_parallel,
-        context_len=context_len, block_size=block_size, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-        target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
-        draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb, target_kv_bytes_per_token=t_kv,
-        draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens, max_concurrent_seqs=max_seqs,
-        kv_tokens_without_draft=tokens_alone,
-        max_concurrent_seqs_without_draft=(tokens_alone // block_size) // blocks_per_seq,
-    )
+    return Budget(gpu=spec, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel=tensor_parallel,
+                  context_len=context_len, block_size=block_size, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                  target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
+                  draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb,
+                  target_kv_bytes_per_token=t_kv, draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens,
+                  max_concurrent_seqs=max_seqs, kv_tokens_without_draft=tokens_alone,
+                  max_concurrent_seqs_without_draft=(tokens_alone // block_size) // blocks_per_seq)
 
 
 def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kwargs: Any) -> int:
-    """The longest ``max_model_len`` that fits (vLLM refuses to start when its pool cannot hold one full
-    sequence), in whole KV blocks; 0 when no block fits. Takes :func:`plan_budget`'s keywords but
-    ``context_len``; :class:`BudgetError` when the weights do not fit."""
+    """The longest ``max_model_len`` that fits, in whole KV blocks (0: none), with :func:`plan_budget`'s keywords."""
     plan_kwargs.pop("context_len", None)
     try:  # one block of context: the plan's kv_tokens is then the answer
         return plan_budget(target, draft, context_len=int(plan_kwargs.get("block_size", 16)), **plan_kwargs).kv_tokens
@@ -272,13 +232,10 @@ def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kw
 
 def talk_setup(gpu: Union[str, GPUSpec] = "RTX PRO 6000 Blackwell", gpu_memory_utilization: float = 0.45,
                context_len: int = 8192, overhead_gb: float | None = None) -> dict[str, Budget]:
-    """The talk's demo as this project reconstructs it: two servers (vLLM cannot switch speculation per request)
-    on one Blackwell card. The talk states only "about 16 GB" of baseline weights and a "2.5" GB draft; the
-    models (``"baseline"`` Llama-3.1-8B-Instruct, ``"speculative"`` with Llama-3.2-1B-Instruct), the 96 GB
-    RTX PRO 6000 and 0.45 each (the speculative server pays for the draft's weights and KV cache out of the
-    same 43.2 GB) are inferred from those sizes, not stated (notebook 03, section 2, says why)."""
+    """The talk's demo as this project reconstructs it: two servers on one Blackwell card. The talk states only
+    "about 16 GB" of baseline weights and a "2.5" GB draft; the models (Llama-3.1-8B-Instruct, with
+    Llama-3.2-1B-Instruct), the 96 GB RTX PRO 6000 and 0.45 each are inferred from those sizes (notebook 03)."""
     common = dict(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, context_len=context_len,
                   overhead_gb=overhead_gb)
-    target = "meta-llama/Llama-3.1-8B-Instruct"
-    return {"baseline": plan_budget(target, **common),
-            "speculative": plan_budget(target, draft="meta-llama/Llama-3.2-1B-Instruct", **common)}
+    return {setup: plan_budget("meta-llama/Llama-3.1-8B-Instruct", draft, **common)
+            for setup, draft in (("baseline", None), ("speculative", "meta-llama/Llama-3.2-1B-Instruct"))}

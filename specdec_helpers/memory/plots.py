@@ -1,6 +1,5 @@
 """Notebook 03's memory budgets as tidy tables, seaborn figures (the title states the finding, the caption
-the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting.
-"""
+the hardware and models) and an ipywidgets panel that re-plans as the learner changes a setting."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,9 +13,6 @@ import seaborn as sns
 from specdec_helpers import memory
 from specdec_helpers.memory.budget import Budget
 
-__all__ = ["short_name", "budget_record", "concurrency_by_context", "plot_budgets", "plot_concurrency",
-           "plot_kv_check", "plot_pairs", "BudgetExplorer"]
-
 # One colour per component in every figure (in stacking order): blues target, oranges draft, grey reserve.
 COMPONENT_COLORS: dict[str, str] = {"target weights": "#1f4e79", "KV cache (target)": "#6fa8dc",
                                     "draft weights": "#c55a11", "KV cache (draft)": "#f4b183",
@@ -26,9 +22,7 @@ CONTEXT_CHOICES = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 def short_name(model: str | None, drop_suffix: bool = False) -> str:
     """``"meta-llama/Llama-3.1-8B-Instruct"`` -> ``"Llama-3.1-8B-Instruct"`` (``drop_suffix``: ``"Llama-3.1-8B"``)."""
-    if not model:
-        return "no draft"
-    name = str(model).rstrip("/").split("/")[-1]
+    name = str(model).rstrip("/").split("/")[-1] if model else "no draft"
     return name.removesuffix("-Instruct") if drop_suffix else name
 
 
@@ -50,9 +44,8 @@ def budget_record(budget: Budget) -> dict[str, Any]:
 
 def concurrency_by_context(target: Any, draft: Any, contexts: Sequence[int] = CONTEXT_CHOICES,
                            kv_dtypes: Sequence[str] = ("bf16",), **plan_kwargs: Any) -> pd.DataFrame:
-    """Concurrent sequences with and without the draft, per context length and KV dtype; a context too
-    long for one sequence counts as 0 (vLLM would refuse to start), so a curve can run into the wall."""
-
+    """Concurrent sequences with and without the draft, per context length and KV dtype; a context too long for
+    one sequence counts as 0 (vLLM would refuse to start), so a curve can run into the wall."""
     def seqs(model: Any, context: int, kv_dtype: str) -> int:
         try:
             plan = memory.plan_budget(target, model, kv_dtype=kv_dtype, context_len=context, **plan_kwargs)
@@ -80,8 +73,8 @@ def _figure(figsize: tuple[float, float], title: str, caption: str | None,
 
 
 def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None = None):
-    """Horizontal stacked bars, one per setup, each adding up to the card (per GPU under tensor
-    parallelism); the label at the right end says how many sequences of the context length fit."""
+    """Horizontal stacked bars, one per setup, each adding up to the card (per GPU), labelled with the sequences
+    of the context length that fit."""
     table = pd.DataFrame([{"setup": setup, **row} for setup, b in budgets.items() for row in b.as_rows()])
     with _figure((10, 1.1 + 0.75 * len(budgets)), title, caption) as (fig, ax):
         setups = list(budgets)
@@ -108,7 +101,6 @@ def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None 
 
 
 def plot_concurrency(df: pd.DataFrame, title: str, caption: str | None = None):
-    """Concurrent sequences against context length (log scale), target alone vs with draft."""
     with _figure((8, 4.2), title, caption) as (fig, ax):
         sns.lineplot(data=df, x="context_len", y="concurrent_seqs", hue="setup", marker="o", ax=ax,
                      style="kv_dtype" if df["kv_dtype"].nunique() > 1 else None,
@@ -139,8 +131,7 @@ def plot_kv_check(df: pd.DataFrame, title: str, caption: str | None = None):
 
 
 def plot_pairs(pair_table: pd.DataFrame, title: str, caption: str | None = None, context_len: int | None = None):
-    """Bars per model ``pair``: ``seqs_lost_pct``, the share of concurrent sequences the draft takes away,
-    labelled "22 -> 16 seqs" (``seqs_without_draft``, ``seqs_with_draft``) and ``draft_kv_share``."""
+    """Bars per model ``pair``: ``seqs_lost_pct``, the share of concurrent sequences the draft takes away."""
     with _figure((9, 1.2 + 0.6 * len(pair_table)), title, caption, title_size=10) as (fig, ax):
         sns.barplot(data=pair_table, y="pair", x="seqs_lost_pct", color="#c55a11", ax=ax)
         labels = [f"{a} -> {b} seqs (draft = {share:.0%} of KV bytes)" for a, b, share in
@@ -153,9 +144,8 @@ def plot_pairs(pair_table: pd.DataFrame, title: str, caption: str | None = None,
 
 
 class BudgetExplorer:
-    """An ipywidgets panel: pick the settings, see one engine's stacked bar (or why it does not fit). Planned
-    at construction (``.budget`` or ``.error``, for papermill); chart and sentence are outputs with a display
-    id updated in place (no ``Output`` widget), so a batch run or static export shows the initial state."""
+    """An ipywidgets panel: pick the settings, see one engine's stacked bar (or why it does not fit). Chart and
+    sentence are outputs updated in place by display id (no ``Output`` widget): a static export shows them."""
 
     def __init__(self, target: str = "meta-llama/Llama-3.1-8B-Instruct",
                  draft: str | None = "meta-llama/Llama-3.2-1B-Instruct", gpu: str = "RTX PRO 6000 Blackwell",
@@ -167,22 +157,18 @@ class BudgetExplorer:
             "target": memory.model_shape(target).name, "draft": memory.model_shape(draft).name if draft else None,
             "gpu": memory.gpu_spec(gpu).name, "gpu_memory_utilization": float(gpu_memory_utilization),
             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "context_len": int(context_len),
-            "tensor_parallel": int(tensor_parallel),
-        }
-        self.budget: Budget | None = None
-        self.error: str | None = None
+            "tensor_parallel": int(tensor_parallel)}
         self.widget = self._chart = self._words = None  # the controls and display handles, set by show()
         self._syncing = False
         self._plan()
 
-    def _plan(self) -> None:
+    def _plan(self) -> None:  # sets ``budget``, or ``error`` when it does not fit
         try:
             self.budget, self.error = memory.plan_budget(**self.state), None
         except ValueError as exc:  # every calculator error is a ValueError
             self.budget, self.error = None, f"{type(exc).__name__}: {exc}"
 
-    def update(self, **changes: Any) -> Budget | None:
-        """Change some settings (same names as :func:`memory.plan_budget`) and re-plan."""
+    def update(self, **changes: Any) -> Budget | None:  # settings named as memory.plan_budget's
         if unknown := set(changes) - set(self.state):
             raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(self.state)}")
         self.state.update(changes)
@@ -197,8 +183,7 @@ class BudgetExplorer:
         self._render()
         return self.budget
 
-    def figure(self):
-        """The stacked bar of the current budget (None when it does not fit)."""
+    def figure(self):  # the stacked bar of the current budget (None when it does not fit)
         if (b := self.budget) is None:
             return None
         label = f"{short_name(b.target)}" + (f" + {short_name(b.draft)}" if b.draft else "")
@@ -239,7 +224,7 @@ class BudgetExplorer:
         return self.widget
 
     def _render(self, first: bool = False) -> None:
-        """Draw chart (a note when it does not fit) and text: new display handles ``first``, else in place."""
+        """Draw chart (or a note when it does not fit) and text: new display handles ``first``, else in place."""
         if self._chart is None and not first:
             return
         from IPython.display import Markdown, display

@@ -1,7 +1,5 @@
-"""Distilled draft models for the CPU profile, assembled once from the layers shipped in data/drafts/: only
-what distillation (``recipes.distill_drafts``) trained ships (N layers and the final norm, bf16, pinned by
-sha256 in its manifest.json); the embedding (tied LM head), config and tokenizer come from the target,
-SmolLM2-135M-Instruct, in float32 (its served dtype, so draft and target compute alike)."""
+"""Distilled draft models for the CPU profile: the layers ``recipes.distill_drafts`` trained (data/drafts/, pinned
+by sha256) with the target's embedding, config and tokenizer, assembled once in float32."""
 
 from __future__ import annotations
 
@@ -9,12 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from specdec_helpers.models.model_cache import (
-    MANIFEST_NAME,
-    build_once,
-    models_dir,
-    sha256_of,
-)
+from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, read_json, sha256_of
 
 DRAFTS_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 TARGET = "smollm2-135m-instruct"
@@ -26,22 +19,13 @@ class DraftError(RuntimeError):
     """A shipped draft could not be assembled; the message says why and what to do."""
 
 
-def known_drafts() -> dict[str, dict]:
-    """Draft keys shipped with the project, mapped to their manifest entries."""
+def known_drafts() -> dict[str, dict]:  # shipped draft keys -> their manifest entries
     path = DRAFTS_DIR / "manifest.json"
     return dict(json.loads(path.read_text()).get("drafts", {})) if path.exists() else {}
 
 
-def _is_current(final: Path, entry: dict) -> bool:
-    try:
-        return json.loads((final / MANIFEST_NAME).read_text()).get("shipped_sha256") == entry["sha256"]
-    except (OSError, ValueError):
-        return False
-
-
 def provision_draft(key: str) -> Path:
-    """The vLLM-loadable directory of the shipped draft ``key``, assembled once, after checking the
-    shipped file's sha256 against the manifest (a changed or corrupt file is refused)."""
+    """The vLLM-loadable directory of the shipped draft ``key``, assembled once from a file matching its sha256."""
     drafts = known_drafts()
     if key not in drafts:
         raise KeyError(f"unknown draft '{key}'; shipped drafts: {', '.join(sorted(drafts)) or 'none'}")
@@ -60,7 +44,8 @@ def provision_draft(key: str) -> Path:
                 "it with git, or retrain (python -m recipes.distill_drafts.distill train "
                 f"--layers {entry['layers']}), which rewrites both.")
         _assemble(key, entry, shipped, tmp)
-    return build_once(models_dir() / key, lambda final: _is_current(final, entry), build)
+    return build_once(models_dir() / key, lambda final: read_json(final / MANIFEST_NAME).get("shipped_sha256")
+                      == entry["sha256"], build)
 
 
 def _assemble(key: str, entry: dict, shipped: Path, out: Path) -> None:

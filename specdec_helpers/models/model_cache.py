@@ -1,10 +1,10 @@
-"""The model cache the providers (``wheel_models``, ``drafts``) share: where things live, checksums, and
-:func:`build_once`, which renames a finished model into ``$SPECDEC_CACHE`` (default ``~/.cache/specdec``)
-so that an interrupted run never leaves a half-written one behind."""
+"""The model cache (``$SPECDEC_CACHE``, default ``~/.cache/specdec``) the providers share: where things live,
+checksums, and :func:`build_once`, which never leaves a half-written model behind."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,8 +21,7 @@ class ModelError(RuntimeError):
     """A model could not be turned into a local directory; the message says what to do."""
 
 
-def cache_root() -> Path:
-    """The folder for converted models, downloaded wheels and environments."""
+def cache_root() -> Path:  # converted models, downloaded wheels and environments
     return Path(os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec").expanduser()
 
 
@@ -32,6 +31,14 @@ def models_dir() -> Path:
 
 def wheels_dir() -> Path:
     return cache_root() / "wheels"
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file's content, or {} when it is missing or unreadable (a manifest not yet written)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def sha256_of(path: Path) -> str:

@@ -1,11 +1,6 @@
-"""INT8 copies of the served models (W8A8), for CPUs that multiply int8 natively (VNNI, AMX-INT8).
-
-Why: decoding is memory-bound, and int8 weights are half of bf16's bytes; vLLM's CPU int8 kernel (oneDNN)
-uses VNNI for the products. The scheme needs no calibration data: every Linear of the decoder layers gets
-int8 weights with one symmetric scale per output channel, activations are quantized per token at run time
-(dynamic), embeddings and ``lm_head`` stay as they were. compressed-tensors (the format vLLM reads,
-``quant_method: compressed-tensors``) applies the scheme, computes the scales and writes the checkpoint; a
-copy is built once per source model, atomically, in the model cache (``model_cache.build_once``).
+"""INT8 copies (W8A8) of the served models, for CPUs that multiply int8 natively: decoding is memory-bound, and
+int8 weights are half of bf16's bytes. No calibration: the decoder layers' Linears get per-channel symmetric int8
+weights, activations are quantized per token at run time; compressed-tensors writes the checkpoint vLLM reads.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterator
 
-from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, sha256_of
+from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, read_json, sha256_of
 
 #: part of the cache key: bump it when the scheme below changes, and every copy is rebuilt
 SCHEME = "w8a8-int8-channel-token-dynamic-v1"
@@ -27,8 +22,7 @@ INT8_SUFFIX = "-w8a8"
 
 
 def source_id(model_dir: Path) -> str:
-    """What identifies the source model: its provisioning manifest where it has one (a converted offline model
-    or draft), else its config and the names and sizes of its weight files."""
+    """What identifies the source model: its provisioning manifest, else its config and weight files' sizes."""
     manifest = model_dir / MANIFEST_NAME
     if manifest.is_file():
         text = manifest.read_text()
@@ -40,11 +34,7 @@ def source_id(model_dir: Path) -> str:
 
 def is_int8_checkpoint(model_dir: Path) -> bool:
     """True for a folder this module wrote (or any compressed-tensors int8 checkpoint)."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return config.get("quantization_config", {}).get("format") == "int-quantized"
+    return read_json(Path(model_dir) / "config.json").get("quantization_config", {}).get("format") == "int-quantized"
 
 
 def quantize_int8(source: Path, out: Path) -> None:
@@ -64,8 +54,7 @@ def quantize_int8(source: Path, out: Path) -> None:
     hf_logging.disable_progress_bar()  # a one-time build: its per-tensor bars would fill the notebook
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
     scheme = QuantizationScheme(
-        targets=["Linear"],
-        weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
+        targets=["Linear"], weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
         input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True))
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"]))
     with torch.no_grad():  # static weights: their scales are their own min/max, no data needed
@@ -113,10 +102,7 @@ def int8_checkpoint(model_dir: str | Path) -> Path:
     final, wanted = int8_path(source), source_id(source)
 
     def is_current(folder: Path) -> bool:
-        try:
-            manifest = json.loads((folder / MANIFEST_NAME).read_text())
-        except (OSError, ValueError):
-            return False
+        manifest = read_json(folder / MANIFEST_NAME)
         return manifest.get("source_id") == wanted and manifest.get("scheme") == SCHEME
 
     def build(tmp: Path) -> None:

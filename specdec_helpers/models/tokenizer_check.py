@@ -1,7 +1,5 @@
-"""Can this draft speculate for that target? vLLM's draft-model speculation passes token *ids* from the draft
-to the target: if the tokenizers map text to other ids, every proposal means another token and acceptance
-collapses (or vLLM refuses the pair when the vocabulary sizes differ). So four checks: the same vocabulary,
-merges and special tokens, and, as the end-to-end proof, the same ids for a sample of real texts."""
+"""Can this draft speculate for that target? vLLM passes token *ids* from draft to target, so the tokenizers need
+the same vocabulary, merges, special tokens and ids for real texts, or acceptance collapses."""
 
 from __future__ import annotations
 
@@ -59,8 +57,7 @@ def _special_tokens(tokenizer) -> dict[str, tuple[str | None, int | None]]:
 
 
 def compare_tokenizers(target, draft, *, target_name: str = "target", draft_name: str = "draft") -> TokenizerReport:
-    """Run the four checks on two tokenizers (or their folders / hub ids); list up to 5 concrete differences
-    for each that fails."""
+    """The four checks on two tokenizers (or their folders / hub ids), with up to 5 differences for a failure."""
     t, d = (load_tokenizer(x) if isinstance(x, (str, Path)) else x for x in (target, draft))
     report, n, texts = TokenizerReport(target=target_name, draft=draft_name), 5, SAMPLE_TEXTS
 
@@ -94,8 +91,7 @@ def compare_tokenizers(target, draft, *, target_name: str = "target", draft_name
 
 
 def train_toy_tokenizer(texts: list[str], vocab_size: int = 2000):
-    """A real BPE tokenizer trained on a few KB of text (the `tokenizers` library, wrapped in the
-    transformers API): the 'other family' for the mismatch demo."""
+    """A real BPE tokenizer trained on a few KB of text: the 'other family' for the mismatch demo."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

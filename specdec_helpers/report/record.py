@@ -1,8 +1,5 @@
-"""Record named values from a notebook so tests and the run report can read them back.
-
-A value is an output in our own MIME type, which papermill saves in the executed notebook: ``read_records``
-needs no scrapbook (unmaintained) and no side file that could drift from the notebook it came from.
-"""
+"""Record named values from a notebook so tests and the run report can read them back: an output in our own MIME
+type, which papermill saves in the executed notebook (no scrapbook, no side file that could drift from it)."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ def record(name: str, value: Any) -> Any:
     return value
 
 
-def recorded() -> dict[str, Any]:
-    """What this kernel has recorded so far (JSON-plain values), as a copy."""
+def recorded() -> dict[str, Any]:  # a copy of what this kernel has recorded so far
     return dict(_recorded)
 
 

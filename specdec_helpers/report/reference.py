@@ -1,9 +1,5 @@
-"""What you should see: each notebook's key numbers (``SPEC``, data/reference/spec.yaml) next to a
-committed reference run (data/reference/<profile>.json, built by tools/build_reference.py).
-
-Numbers are noisy, so a difference outside the noise says what to check and never fails a notebook.
-Paths use ``/`` between keys, ``*`` for any key, and ``name[field=*]`` to pick a list's dicts by a field.
-"""
+"""Each notebook's key numbers (data/reference/spec.yaml) next to a committed reference run: a difference outside
+the noise says what to check, never fails. Paths: ``/`` between keys, ``*`` any key, ``name[field=*]`` list items."""
 
 from __future__ import annotations
 
@@ -37,11 +33,9 @@ class ReferenceError(ValueError):
 
 @dataclass(frozen=True)
 class KeyNumber:
-    """One number to compare; ``tolerance`` is absolute unless ``relative`` (a share of the reference).
-    ``decision``: a speedup, whose side of 1.0 and of 1 + ``verdict.MIN_GAIN`` is compared before its closeness.
-    ``scope``: "any" (ratios, acceptance: comparable on any CPU), "class" (depends on the served format: compared
-    only with a reference of the same CPU class) or "machine" (an absolute speed or time: shown, never judged,
-    since the reference ran on another machine)."""
+    """One number to compare; ``tolerance`` is absolute unless ``relative``. ``decision``: a speedup, whose verdict
+    side is compared before its closeness. ``scope``: "any" CPU, the same CPU "class" only (format-dependent), or
+    "machine" (an absolute speed or time: shown, never judged)."""
 
     path: str
     check: str
@@ -76,8 +70,7 @@ def _expand(value: Any, parts: list[str], prefix: tuple[str, ...] = ()) -> Itera
             yield from _expand(value[key], parts[1:], prefix + (str(key),))
 
 
-def expand(records: dict[str, Any], path: str) -> dict[str, Any]:
-    """All concrete paths (and their values) that ``path`` matches in ``records``."""
+def expand(records: dict[str, Any], path: str) -> dict[str, Any]:  # every concrete path ``path`` matches
     return dict(_expand(records, [part for part in path.split("/") if part]))
 
 
@@ -135,9 +128,8 @@ def machine_class() -> str | None:
 
 def reference_file(profile: str, reference_dir: str | Path | None = None,
                    cpu_class: str | None = None) -> tuple[Path | None, bool]:
-    """``(file, same_class)``: the reference of ``profile`` for ``cpu_class`` (``<profile>-<class>.json``), else the
-    plain ``<profile>.json`` (no class: a GPU profile's, compared as before), else another class's (``same_class``
-    False); ``(None, False)`` when there is none."""
+    """``(file, same_class)``: ``<profile>-<cpu_class>.json``, else the plain ``<profile>.json`` (a GPU profile's),
+    else another class's (``same_class`` False); ``(None, False)`` when there is none."""
     folder = Path(reference_dir or REFERENCE_DIR)
     candidates = ([(folder / f"{profile}-{cpu_class}.json", True)] if cpu_class else []) + \
         [(folder / f"{profile}.json", True)] + \
@@ -147,8 +139,7 @@ def reference_file(profile: str, reference_dir: str | Path | None = None,
 
 def load_reference(profile: str, reference_dir: str | Path | None = None,
                    cpu_class: str | None = None) -> dict[str, Any] | None:
-    """The reference of ``profile`` (see :func:`reference_file`), or None when there is none. A malformed file
-    raises."""
+    """The reference of ``profile`` (:func:`reference_file`), or None when there is none; a malformed file raises."""
     path, _ = reference_file(profile, reference_dir, cpu_class)
     if path is None:
         return None
@@ -163,7 +154,6 @@ def load_reference(profile: str, reference_dir: str | Path | None = None,
 
 def comparison_rows(notebook_stem: str, yours: dict[str, Any], reference_values: dict[str, Any],
                     same_class: bool = True) -> list[dict]:
-    """One row per key number found in the reference: yours, the reference, and the reading."""
     rows = []
     for spec in SPEC[notebook_stem]:
         pattern, found = _pattern(spec.path), expand(yours, spec.path)
@@ -206,9 +196,8 @@ def _verdict(rows: list[dict]) -> str:
 def what_you_should_see(notebook_stem: str, profile: str, *, yours: dict[str, Any] | None = None,
                         reference_dir: str | Path | None = None, show: bool = True,
                         cpu_class: str | None = DETECT) -> dict[str, Any]:
-    """Compare this kernel's recorded numbers with the reference run of ``profile`` for this machine's CPU class
-    (``machine_class``), display a table, and return (and record as ``what_you_should_see``)
-    ``{"status", "rows", "outside", "reference", "same_class"}``."""
+    """Compare this kernel's recorded numbers with ``profile``'s reference run for this machine's CPU class; show
+    and record a summary."""
     if notebook_stem not in SPEC:
         raise KeyError(f"No key numbers defined for notebook {notebook_stem!r}; known: {', '.join(SPEC)}. "
                        "Add an entry to data/reference/spec.yaml.")

@@ -1,8 +1,5 @@
-"""The run folder: where a notebook puts its tables, figures and server logs.
-
-One per run, passed as ``run_dir`` (``make run``: ``runs/<timestamp>-<profile>/``; by hand: ``runs/interactive/``),
-so that index.html links every artefact.
-"""
+"""The run folder, where a notebook puts its tables, figures and server logs: one per run (``make run``:
+``runs/<timestamp>-<profile>/``; by hand: ``runs/interactive/``), so that index.html links every artefact."""
 
 from __future__ import annotations
 
@@ -19,15 +16,13 @@ def resolve_run_dir(run_dir: str | Path | None = None) -> Path:
     return path.resolve()
 
 
-def save_table(df, run_dir: str | Path, name: str) -> Path:
-    """Save a tidy results table as CSV under ``results/``."""
+def save_table(df, run_dir: str | Path, name: str) -> Path:  # as CSV under ``results/``
     path = resolve_run_dir(run_dir) / "results" / f"{name}.csv"
     df.to_csv(path, index=False)
     return path
 
 
-def save_figure(fig, run_dir: str | Path, name: str) -> Path:
-    """Save a matplotlib figure as PNG under ``figures/`` (the notebook still shows it)."""
+def save_figure(fig, run_dir: str | Path, name: str) -> Path:  # as PNG under ``figures/``
     path = resolve_run_dir(run_dir) / "figures" / f"{name}.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
