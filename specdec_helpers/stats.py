@@ -47,8 +47,8 @@ def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
 MIN_VALUES_FOR_INTERVAL = 8
 
 
-def _bca(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int, confidence: float,
-         seed: int | None) -> tuple[float, float]:
+def bca_interval(data: tuple[np.ndarray, ...], stat: Callable, n_resamples: int = 2000, confidence: float = 0.95,
+                 seed: int | None = 0) -> tuple[float, float]:
     """scipy's BCa bootstrap interval, which corrects the percentile interval's bias and skew (a median of few timings
     has both); several arrays are resampled together (paired: one request's numbers stay one request's)."""
     import warnings
@@ -75,7 +75,7 @@ def bootstrap_ci(values: Iterable[float], stat: Callable = np.median, n_resample
         return point, math.nan, math.nan
     if np.all(arr == arr[0]):
         return point, point, point
-    return (point, *_bca((arr,), stat, n_resamples, confidence, seed))
+    return (point, *bca_interval((arr,), stat, n_resamples, confidence, seed))
 
 
 def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float], n_resamples: int = 2000,
@@ -103,4 +103,4 @@ def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float
     def pooled(n: np.ndarray, d: np.ndarray, axis: int = -1) -> np.ndarray:
         return n.sum(axis=axis) / d.sum(axis=axis)
 
-    return (point, *_bca((num, den), pooled, n_resamples, confidence, seed))
+    return (point, *bca_interval((num, den), pooled, n_resamples, confidence, seed))

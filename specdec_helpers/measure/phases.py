@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from specdec_helpers import stats
 from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, VLLMServer
 from specdec_helpers.measure import metrics
 
@@ -105,10 +106,9 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
     return pd.DataFrame(rows)
 
 
-def _v_of_rounds(passes: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """1 + (median pass - median 1-position pass) / median step; passes (..., rounds, sizes), 1 first."""
-    medians = np.median(passes, axis=-2)
-    return 1.0 + (medians - medians[..., :1]) / np.median(steps, axis=-1)[..., None]
+def _v_of_rounds(passes: np.ndarray, ones: np.ndarray, steps: np.ndarray, axis: int = -1) -> np.ndarray:
+    """1 + (median pass - median 1-position pass) / median decode step, over the rounds on ``axis``."""
+    return 1.0 + (np.median(passes, axis=axis) - np.median(ones, axis=axis)) / np.median(steps, axis=axis)
 
 
 def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
@@ -123,18 +123,20 @@ def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
                           seed: int = 0) -> pd.DataFrame:
-    """Per n: v over all rounds, single passes' quartiles and a bootstrap interval over whole rounds (so the decode
-    step's uncertainty is in it). v <= 0 is a broken run."""
+    """Per n: v over all rounds, single passes' quartiles and a BCa interval over whole rounds (so the decode step's
+    uncertainty is in it). v <= 0 is a broken run."""
     wide = df.pivot(index="repeat", columns="k", values="engine_s").sort_index(axis=1)
     steps = df.groupby("repeat")["decode_step_s"].first().reindex(wide.index).to_numpy(dtype=float)
     passes = wide.to_numpy(dtype=float)
     if wide.columns[0] != 1 or np.isnan(passes).any() or np.isnan(steps).any() or len(wide) < 3:
         raise ValueError("summarize_verify_cost needs at least 3 complete rounds with a 1-position pass and a "
                          "decode step each (phases.verify_cost)")
-    point = _v_of_rounds(passes, steps)
-    picks = np.random.default_rng(seed).integers(0, len(wide), size=(n_resamples, len(wide)))
-    boot = _v_of_rounds(passes[picks], steps[picks])
-    low, high = np.quantile(boot, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
+    point = _v_of_rounds(passes.T, passes[:, 0], steps)
+    # BCa over whole rounds, paired: a round's passes and decode step stay together (the step's noise is in it)
+    bounds = [(1.0, 1.0) if j == 0 else stats.bca_interval((passes[:, j], passes[:, 0], steps), _v_of_rounds,
+                                                           n_resamples, confidence, seed)
+              for j in range(passes.shape[1])]
+    low, high = np.array(bounds, dtype=float).T
     if (point <= 0).any() or (low <= 0).any():
         raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
                          f"from {np.round(low, 3).tolist()}): the machine was too busy while v(k) was timed. "

@@ -70,3 +70,32 @@ def test_the_copy_bandwidth_reference_uses_every_thread_it_is_given():
     for threads in (1, 2, 3):
         gb_s = phases.copy_bandwidth_gb_s(megabytes=8, repeats=2, threads=threads)
         assert math.isfinite(gb_s) and gb_s > 0.1
+
+
+def test_the_verify_cost_interval_is_a_paired_bca_over_whole_rounds():
+    """02's v(n): rounds whose passes cost 1 + 0.1 (n - 1) decode steps with noise; the BCa interval (scipy's, not
+    ours) resamples whole rounds, holds the point, narrows with more rounds, and v(1) is exactly 1."""
+    import pandas as pd
+
+    from specdec_helpers.measure import phases
+
+    def table(rounds: int, seed: int = 3) -> pd.DataFrame:
+        rng = np.random.default_rng(seed)
+        rows = []
+        for repeat in range(rounds):
+            step = 0.1 * rng.lognormal(0, 0.05)
+            for n in (1, 2, 8):
+                base = 0.05 + 0.1 * (1 + 0.1 * (n - 1))
+                rows.append({"k": n, "repeat": repeat, "engine_s": base * rng.lognormal(0, 0.05),
+                             "decode_step_s": step})
+        return pd.DataFrame(rows)
+
+    small, large = phases.summarize_verify_cost(table(11)), phases.summarize_verify_cost(table(60))
+    assert small.loc[1, ["v", "ci_low", "ci_high"]].tolist() == [1.0, 1.0, 1.0]
+    for summary in (small, large):
+        assert (summary["ci_low"] <= summary["v"]).all() and (summary["v"] <= summary["ci_high"]).all()
+        assert summary.loc[8, "ci_low"] < summary.loc[8, "ci_high"]
+    assert 1.3 < large.loc[8, "v"] < 2.1
+    width = lambda s: s.loc[8, "ci_high"] - s.loc[8, "ci_low"]  # noqa: E731
+    assert width(large) < width(small)
+    assert phases.summarize_verify_cost(table(11)).equals(small)  # seeded: the same table gives the same interval
