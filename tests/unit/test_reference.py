@@ -23,7 +23,10 @@ NB04 = "04_choosing_a_draft"
 RECORDS_05 = {
     "acceptance": {"structured@0": 0.8, "structured@1": 0.5, "creative@0": 0.3, "creative@1": 0.2},
     "speedup": {"structured@0": 1.4, "structured@1": 1.1, "creative@0": 0.9, "creative@1": 0.8},
-    "cells": [{"class": "structured", "n": 2}],  # not a key number: must not reach the reference
+    "cells": [{"class": "structured", "temperature": 0.0, "n": 8, "speedup": 1.4, "speedup_ci_low": 1.21,
+               "speedup_ci_high": 1.63, "acceptance_rate": 0.8, "per_position": [0.9]},
+              {"class": "creative", "temperature": 0.0, "n": 2, "speedup": 0.9, "speedup_ci_low": None,
+               "speedup_ci_high": None, "acceptance_rate": 0.3}],  # not key numbers: the README's summary only
 }
 RECORDS_04 = {
     "candidates": [{"candidate": "ngram", "acceptance_rate": 0.4, "c": 0.0, "measured_speedup": 1.1},
@@ -156,7 +159,43 @@ def test_cli_builds_and_explains_a_bad_folder(run_dir: Path, tmp_path: Path, cap
     assert "not a folder" in capsys.readouterr().err
 
 
+def test_the_readme_paragraph_is_rendered_from_the_reference_with_its_intervals(built: Path, tmp_path: Path):
+    data = json.loads(built.read_text())
+    cells = data["notebooks"][NB05]["summary"]["cells"]
+    assert "per_position" not in cells[0] and cells[0]["speedup_ci_low"] == 1.21  # the README's fields only
+    text = build_reference.render(data, "results").replace("\n", " ")
+    assert "structured output **1.40x** (95% interval 1.21-1.63; 8 prompts; 80% of drafted tokens accepted)" in text
+    assert "creative **0.90x** (too few for an interval; 2 prompts; 30%" in text  # never an interval from 2
+    assert "at temperature 1, 1.10x and 0.80x" in text and "draft-a 1.30x" in text
+    assert "Stale" not in text
+    build_reference.mark_stale(built, "the series changed")
+    assert "**Stale**: measured 2026-01-01: the series changed" in build_reference.render(
+        json.loads(built.read_text()), "results").replace("\n", " ")
+    times = build_reference.render(data, "times").replace("\n", " ")
+    assert "the series took 5.4 min, the session's notebooks (00, 01, 02, 05, 07) 2.1 min; by notebook 04 3.3, 05 2.1" in times
+    # a document's block is rewritten from the file it names; a block naming no file is an error
+    (tmp_path / "README.md").write_text(f"intro\n<!-- reference: {built.stem} results -->\nold words\n"
+                                        "<!-- /reference -->\nrest\n")
+    found = build_reference.render_documents(built.parent, root=tmp_path, write=True)
+    assert list(found) == [f"README.md: {built.stem} results"] and found[f"README.md: {built.stem} results"][0] == "old words\n"
+    assert (tmp_path / "README.md").read_text().startswith("intro\n<!-- reference: ") and "old words" not in (
+        tmp_path / "README.md").read_text()
+    (tmp_path / "WORKSHOP.md").write_text("<!-- reference: nowhere times -->\nx\n<!-- /reference -->\n")
+    with pytest.raises(ref.ReferenceError, match="nowhere"):
+        build_reference.render_documents(built.parent, root=tmp_path)
+
+
 # ----------------------------------------------------------------------------- the real project
+def test_readme_and_workshop_quote_the_committed_references_word_for_word():
+    """No number about a reference run is typed into README.md or WORKSHOP.md: they are rendered from
+    data/reference/*.json (`python -m tools.build_reference --documents` rewrites them)."""
+    found = build_reference.render_documents()
+    assert any(w.startswith("README.md") and w.endswith("results") for w in found), "README quotes no reference"
+    assert any(w.startswith("WORKSHOP.md") and w.endswith("times") for w in found), "WORKSHOP quotes no run times"
+    stale = [where for where, (written, rendered) in found.items() if written != rendered]
+    assert not stale, f"{stale} differ from their reference files: run python -m tools.build_reference --documents"
+
+
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
