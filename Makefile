@@ -39,6 +39,7 @@ worth-it:
 	$(WITH_ENV) python -m tools.run_series --profile $(PROFILE) --notebooks 07 --set prompts_file=$(abspath $(PROMPTS)) $(foreach p,$(SET),--set $(p))
 
 test:
+	bash scripts/ensure_browser.sh
 	$(WITH_ENV) python -m pytest $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast:
