@@ -9,7 +9,7 @@ nothing leaves the panes empty and fails the test. A screenshot of the finished 
 to it.
 
 Chromium: Playwright's own browser download is not reachable on our machines, so the test uses
-Debian's ``chromium`` package (``.ci/run`` installs it when missing). Without it the test fails
+Debian's ``chromium`` package (``make test`` installs it when missing, scripts/ensure_browser.sh). Without it the test fails
 with one line saying how to install it; ``SPECDEC_SKIP_BROWSER=1`` turns browser tests off on
 purpose (they are then reported as skipped, never passed).
 
