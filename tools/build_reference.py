@@ -20,6 +20,7 @@ import math
 import re
 import shutil
 import sys
+import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,9 @@ FORMAT_VERSION = 1
 # The README's headline figure: notebook 05's 2 x 2 (task class x temperature) speedup chart.
 HEADLINE_FIGURE = "05_acceptance_and_speedup.png"
 #: records kept whole (besides the spec's key numbers) because the README quotes them: 05's per-cell intervals and
-#: sizes, 06's crossover class and best method at the longest prompt, 07's per-class verdicts
+#: sizes, 06's crossover sentence (``Crossover.sentence``) and best method at the longest prompt, 07's per-class verdicts
 SUMMARY_RECORDS = {"05_structured_vs_creative": ("cells", "run_size"),
-                   "06_context_and_concurrency": ("crossover_status", "best_method_at_longest_prompt"),
+                   "06_context_and_concurrency": ("concurrency_title", "best_method_at_longest_prompt"),
                    "07_is_it_worth_it": ("verdict_by_class",)}
 CELL_FIELDS = ("class", "temperature", "n", "speedup", "speedup_ci_low", "speedup_ci_high", "acceptance_rate")
 DOCUMENTS = ("README.md", "WORKSHOP.md")
@@ -196,16 +197,12 @@ def _results(ref: dict[str, Any]) -> str:
     streams = {int(key.split("/")[1]): v for key, v in v06.items()
                if key.startswith("throughput_speedup_by_concurrency/")}
     if context or streams:
-        crossover = v06.get("crossover_concurrency")
-        status = s06.get("crossover_status")
-        said = (f"not above 1 + min_gain from {crossover} streams on" if crossover is not None else
-                {"always": "every level above 1 + min_gain", "never": "no level above 1 + min_gain",
-                 "mixed": "above 1 + min_gain at some levels only"}.get(status, "no crossover measured"))
         text.append("Notebook 06, the draft's end-to-end speedup by prompt length: " + ", ".join(
             f"{_x(context[n])} at {n} tokens" for n in sorted(context)) + "; throughput with " + ", ".join(
             str(n) for n in sorted(streams)) + " concurrent streams: " + ", ".join(
-            _x(streams[n]) for n in sorted(streams)) + f" ({said})"
-            + _longest(s06.get("best_method_at_longest_prompt")) + ".")
+            _x(streams[n]) for n in sorted(streams)) + _longest(s06.get("best_method_at_longest_prompt")) + ".")
+        if s06.get("concurrency_title"):  # the notebook's own sentence for its crossover, not a second wording
+            text.append(s06["concurrency_title"].rstrip(".") + ".")
     v07, s07 = values("07_is_it_worth_it"), summary("07_is_it_worth_it")
     if "verdict/enable" in v07:
         by_class = s07.get("verdict_by_class", {})
@@ -231,8 +228,6 @@ def _times(ref: dict[str, Any]) -> str:
 
 def render(reference: dict[str, Any], kind: str) -> str:
     """The text of a ``<!-- reference: NAME KIND -->`` block (KIND: results or times), wrapped at 110 columns."""
-    import textwrap
-
     text = _results(reference) if kind == "results" else _times(reference)
     return "\n".join(textwrap.wrap(text, 110, break_on_hyphens=False, break_long_words=False)) + "\n"
 
@@ -263,6 +258,11 @@ def render_documents(reference_dir: Path | None = None, root: Path = REPO_ROOT,
     return found
 
 
+def _rewrite_documents() -> str:
+    changed = [where for where, (old, new) in render_documents(write=True).items() if old != new]
+    return "rewrote " + ", ".join(changed) if changed else "every reference block is up to date"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build_reference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -274,14 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="only re-render README.md's and WORKSHOP.md's reference blocks from the committed files")
     args = parser.parse_args(argv)
     if args.documents:
-        changed = [where for where, (old, new) in render_documents(write=True).items() if old != new]
-        print("rewrote " + ", ".join(changed) if changed else "every reference block is up to date")
+        print(_rewrite_documents())
         return 0
     if not args.run_dir:
         parser.error("pass a run folder (or --documents)")
     if args.stale:
         print(f"marked {mark_stale(args.run_dir, args.stale)} stale")
-        render_documents(write=True)
+        print(_rewrite_documents())
         return 0
     try:
         path = build(args.run_dir, args.profile, args.out)
@@ -292,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = ", ".join(f"{k}: {len(v['values'])}" for k, v in data["notebooks"].items())
     print(f"wrote {path} ({counts})")
     if args.out is None:  # the committed references: the README's and WORKSHOP's blocks follow them
-        changed = [where for where, (old, new) in render_documents(write=True).items() if old != new]
-        print("rewrote " + ", ".join(changed) if changed else "README.md and WORKSHOP.md quote it unchanged "
-              "(a block <!-- reference: NAME results|times --> ... <!-- /reference --> quotes a reference)")
+        print(_rewrite_documents())
     return 0
 
 
