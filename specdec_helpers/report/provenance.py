@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from specdec_helpers.engine.cpu import cpu_serving_format, usable_core_ids
+from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, usable_core_ids
 from specdec_helpers.engine.install import vllm_install
 
 
@@ -71,8 +71,18 @@ def usable_cpus() -> int:
 
 
 def hardware() -> str:
-    """One line for figure titles: the GPU if there is one, else the CPU and its core count."""
-    return gpu_name() or f"{cpu_name()} ({usable_cpus()} cores)"
+    """One line for figure titles: the GPU if there is one, else the CPU, its core count and the lscpu flags that
+    set its speed (``engine.cpu.SPEED_FLAGS``): a CPU's model name alone does not say whether it has VNNI or AMX."""
+    gpu = gpu_name()
+    if gpu:
+        return gpu
+    flags = cpu_speed_flags() if _on_x86() else []
+    isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if _on_x86() else "")
+    return f"{cpu_name()} ({usable_cpus()} cores{isa})"
+
+
+def _on_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686")
 
 
 def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",

@@ -9,6 +9,8 @@ import math
 import os
 import stat
 
+from pathlib import Path
+
 import pytest
 
 from specdec_helpers import memory, preflight
@@ -267,6 +269,20 @@ def test_gpu_name_honours_cuda_visible_devices(fake_nvidia_smi, monkeypatch):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
         assert provenance.gpu_name() is None
         assert "cores" in provenance.hardware()
+
+
+def test_a_cpu_hardware_line_names_the_lscpu_flags_that_set_its_speed(monkeypatch):
+    """Two CPUs with one model name can serve the same pair at 2 or 10 tokens/s (AVX2 alone vs VNNI int8): the line
+    every number carries names the flags, read from /proc/cpuinfo as lscpu does."""
+    from specdec_helpers.engine import cpu
+
+    monkeypatch.setattr(provenance, "visible_gpu", lambda: None)
+    flags = cpu.cpu_speed_flags()
+    assert flags == [f for f in cpu.SPEED_FLAGS if f in flags]  # in their fixed order
+    text = Path("/proc/cpuinfo").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("flags"))
+    assert set(flags) == set(cpu.SPEED_FLAGS) & set(line.split(":", 1)[1].split())
+    assert provenance.hardware().endswith(f"cores; {' '.join(flags)})" if flags else "cores; no AVX2)")
 
 
 def test_visible_gpu_is_planned_with_its_real_memory_and_free_share(fake_nvidia_smi, monkeypatch):
