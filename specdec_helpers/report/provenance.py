@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, usable_core_ids
+from specdec_helpers.engine.cpu import _x86, cpu_serving_format, cpu_speed_flags, usable_core_ids
 from specdec_helpers.engine.install import vllm_install
 
 
@@ -76,13 +76,10 @@ def hardware() -> str:
     gpu = gpu_name()
     if gpu:
         return gpu
-    flags = cpu_speed_flags() if _on_x86() else []
-    isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if _on_x86() else "")
+    flags = cpu_speed_flags() if _x86() else []
+    isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if _x86() else "")
     return f"{cpu_name()} ({usable_cpus()} cores{isa})"
 
-
-def _on_x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64", "i686")
 
 
 def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",
