@@ -30,10 +30,13 @@ def per_position(rows: pd.DataFrame) -> list[float]:
 
 
 def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "baseline") -> pd.DataFrame:
-    """Rows of every non-baseline server joined with the baseline's ``value`` column(s) for the same request."""
+    """Rows of every non-baseline server joined with the baseline's ``value`` column(s) for the same request (the mean
+    of the baseline's two blocks when a sandwich measured it twice, :mod:`measure.paired`)."""
     keys = ["prompt_id", "repeat", "temperature"]
     values = [value] if isinstance(value, str) else list(value)
-    base = results[results["server"] == baseline][keys + values].rename(columns={v: f"baseline_{v}" for v in values})
+    base = results[results["server"] == baseline][keys + values]
+    how = {v: "mean" if pd.api.types.is_numeric_dtype(base[v]) else "first" for v in values}
+    base = base.groupby(keys, as_index=False).agg(how).rename(columns={v: f"baseline_{v}" for v in values})
     return results[results["server"] != baseline].merge(base, on=keys, how="inner")
 
 

@@ -157,6 +157,18 @@ def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: Veri
     return (f * expected_tokens_per_pass(a, g) + (1.0 - f)) / (f * (g * cf + v) + (1.0 - f))
 
 
+def c_from_step(step_ratio: float, k: int, v: float, coverage: float = 1.0) -> float:
+    """The draft's cost c that a speculative server's measured decode step implies, the cost model run backwards:
+    a step costs ``f * (k * c + v) + (1 - f)`` target steps, so ``c = (step_ratio - f * v - (1 - f)) / (f * k)``.
+    ``step_ratio`` is the server's decode time per step over the baseline's per token, on the same prompt and time;
+    the k draft steps inside one engine step pay no server overhead of their own, unlike a draft served alone.
+    Not clipped: a negative c means a step cheaper than verification alone, which the physics guard flags."""
+    f, g = _check_coverage(coverage), _check_k(k, minimum=1)
+    if f == 0:
+        return float("nan")  # no drafted step: nothing to learn about the draft's cost
+    return (float(step_ratio) - f * float(v) - (1.0 - f)) / (f * g)
+
+
 def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
            coverage: float = 1.0) -> tuple[int, float]:
     """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k`` (``(0, 1.0)``: do not speculate),

@@ -99,3 +99,18 @@ def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) ->
     """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""
     text = _metrics_page(base_url, timeout_s)
     return {name: parse_histogram_totals(text, name) for name in names}
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """One read of ``/metrics``: the speculative counters and the engine's request timing histograms (sum, count)."""
+
+    counters: SpecCounters
+    prefill: tuple[float, float]
+    decode: tuple[float, float]
+
+
+def read_snapshot(base_url: str, timeout_s: float = 10.0) -> EngineSnapshot:
+    text = _metrics_page(base_url, timeout_s)
+    return EngineSnapshot(parse_spec_counters(text), parse_histogram_totals(text, PREFILL_TIME),
+                          parse_histogram_totals(text, DECODE_TIME))

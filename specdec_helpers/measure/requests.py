@@ -1,6 +1,6 @@
-"""Time streamed chat completions and attach vLLM's acceptance to each request (the ``/metrics`` deltas around it
-and its own ``metrics.speculative_decoding``). A chunk can carry several tokens, so the per-token number is
-(completion tokens - 1) / (end-to-end - TTFT), with the server's count from ``usage``.
+"""Time streamed chat completions and attach vLLM's acceptance and its own timing to each request (the ``/metrics``
+deltas around it and its own ``metrics.speculative_decoding``). A chunk can carry several tokens, so the per-token
+number is (completion tokens - 1) / (end-to-end - TTFT), with the server's count from ``usage``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
+from specdec_helpers.measure.metrics import SpecCounters, read_snapshot
 
 
 @dataclass
@@ -71,17 +71,34 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
 
 @dataclass
 class Measurement:
-    """A timed request plus the speculative counters it moved (zeros on a baseline server)."""
+    """A timed request plus the speculative counters it moved (zeros on a baseline server) and the engine's own
+    timing of it: prefill (scheduled to first token) and decode (first to last token), without the client's hops."""
 
     result: StreamResult
     counters: SpecCounters = field(default_factory=SpecCounters)
+    sent_at: float = float("nan")  # Unix time the request was sent: the records show which requests ran next to which
+    engine_prefill_s: float = float("nan")
+    engine_decode_s: float = float("nan")
+
+    @property
+    def engine_decode_tokens_per_s(self) -> float:
+        n, s = self.result.completion_tokens, self.engine_decode_s
+        return (n - 1) / s if n >= 2 and s > 0 else float("nan")
 
 
-def measure_request(server: VLLMServer, messages: Sequence[dict], **sampling: Any) -> Measurement:
-    """Run one request alone on ``server`` and attribute the counter deltas to it."""
-    before = read_spec_counters(server.base_url)
+def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: float = 2.0,
+                    **sampling: Any) -> Measurement:
+    """Run one request alone on ``server`` and attribute the counter and histogram deltas to it (the engine records
+    a finished request's times as it answers; the short wait only guards a late record)."""
+    before, sent_at = read_snapshot(server.base_url), time.time()
     result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
-    return Measurement(result, read_spec_counters(server.base_url) - before)
+    deadline = time.monotonic() + settle_s
+    while (after := read_snapshot(server.base_url)).decode[1] <= before.decode[1] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    finished = after.decode[1] - before.decode[1]
+    engine = ((after.prefill[0] - before.prefill[0], after.decode[0] - before.decode[0]) if finished == 1
+              else (float("nan"), float("nan")))  # another client's request in the window: no engine time
+    return Measurement(result, after.counters - before.counters, sent_at, *engine)
 
 
 def per_request_columns(spec_metrics: dict | None) -> dict[str, Any]:
@@ -103,26 +120,39 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
                     [{"role": "user", "content": "Say hello in five words."}], max_tokens=max_tokens)
 
 
+def interleaved_order(servers: Sequence, block: int) -> list:
+    """ABBA: block 0 runs the servers in order, block 1 reversed, and so on, so a drift that is linear in time over
+    two blocks costs every server the same on average (AB AB would always give B the later, drifted, slot)."""
+    return list(servers) if block % 2 == 0 else list(reversed(servers))
+
+
 def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, temperature: float = 0.0,
                     repeats: int = 1, seed: int = 0, max_tokens: int | None = None,
                     provenance: dict | None = None, progress: bool = True) -> pd.DataFrame:
-    """Every ``Prompt`` on every server, interleaved so drift hits both alike: one row per (server, prompt, repeat)."""
+    """Every ``Prompt`` on every server, one request at a time: one block per (prompt, repeat) holds that prompt's
+    request on each server, in :func:`interleaved_order`. One row per request; ``block`` and ``slot`` (its place in
+    the block) and ``sent_at`` let anyone rebuild from the CSV which requests ran next to which."""
     from tqdm.auto import tqdm
 
     servers, rows = list(servers), []
     with tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress) as bar:
-        for prompt, repeat, server in itertools.product(prompts, range(repeats), servers):
-            m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
-                                temperature=temperature, seed=seed + repeat)
-            r, spec = m.result, server.speculative_config or {}
-            row = {"server": server.name, "method": spec.get("method", "none"),
-                   "num_speculative_tokens": spec.get("num_speculative_tokens", 0), "prompt_id": prompt.id,
-                   "class": prompt.cls, "subcategory": prompt.subcategory, "repeat": repeat,
-                   "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
-                   "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
-                   "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                   "finish_reason": r.finish_reason, "text": r.text}
-            rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics),
-                         **(provenance or {})})
-            bar.update()
+        for block, (prompt, repeat) in enumerate(itertools.product(prompts, range(repeats))):
+            for slot, server in enumerate(interleaved_order(servers, block)):
+                m = measure_request(server, prompt.messages, max_tokens=max_tokens or prompt.max_tokens,
+                                    temperature=temperature, seed=seed + repeat)
+                r, spec = m.result, server.speculative_config or {}
+                # provenance first: the row's own configuration (k, method, format) must win over the notebook's
+                row = {**(provenance or {}), "server": server.name, "method": spec.get("method", "none"),
+                       "num_speculative_tokens": spec.get("num_speculative_tokens", 0),
+                       "served_format": server.served_format, "prompt_id": prompt.id, "class": prompt.cls,
+                       "subcategory": prompt.subcategory, "repeat": repeat, "block": block, "slot": slot,
+                       "sent_at": m.sent_at, "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s,
+                       "decode_s": r.decode_s, "mean_itl_s": r.mean_itl_s,
+                       "decode_tokens_per_s": r.decode_tokens_per_s, "engine_prefill_s": m.engine_prefill_s,
+                       "engine_decode_s": m.engine_decode_s,
+                       "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
+                       "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                       "finish_reason": r.finish_reason, "text": r.text}
+                rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics)})
+                bar.update()
     return pd.DataFrame(rows)

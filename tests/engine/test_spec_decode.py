@@ -100,6 +100,44 @@ def test_a_response_carries_its_own_acceptance_equal_to_the_counters_ngram(ngram
     _assert_own_acceptance_equals_the_counter_deltas(ngram_server, min_steps=0)
 
 
+def test_paired_requests_alternate_in_time_and_c_follows_from_the_recorded_steps(baseline_server, ngram_server):
+    """The series' one way to measure a speedup, on real servers: each block holds one prompt's request on both, the
+    order alternates (ABBA) and the records show it; the in-server c is the stated formula on the recorded times."""
+    from specdec_helpers.costmodel import evaluate, theory
+    from specdec_helpers.measure import phases
+    from specdec_helpers.measure.paired import measure_paired
+
+    rows = measure_paired(baseline_server, [ngram_server], PROMPTS[:2], together=True, repeats=2, max_tokens=48,
+                          progress=False)
+    assert len(rows) == 8 and set(rows["design"]) == {"interleaved"}
+    assert (rows["num_speculative_tokens"] == rows["server"].map({"baseline": 0, "ngram": K})).all()
+    in_time = rows.sort_values("sent_at")
+    assert list(in_time["block"]) == [0, 0, 1, 1, 2, 2, 3, 3]  # a block's two requests are next to each other
+    assert list(in_time["server"]) == ["baseline", "ngram", "ngram", "baseline"] * 2  # ABBA
+    assert rows["engine_decode_s"].notna().all() and (rows["engine_decode_s"] > 0).all()
+
+    summary = phases.summarize_verify_cost(phases.verify_cost(baseline_server, ks=(K + 1,), repeats=3))
+    base = evaluate.Baseline(server=baseline_server, step_s=float("nan"), verify_summary=summary,
+                             verify=theory.VerifyCost(summary["v"].to_dict()),
+                             verify_low=theory.VerifyCost(summary["ci_low"].to_dict()))
+    table = evaluate.pair_table(rows, base, K).set_index(["prompt_id", "repeat"])
+    spec = rows[rows["server"] == "ngram"].set_index(["prompt_id", "repeat"])
+    plain_base = rows[rows["server"] == "baseline"].set_index(["prompt_id", "repeat"])
+    drafted = 0
+    for key, r in spec.iterrows():
+        decoded = r["completion_tokens"] - 1
+        steps = r["drafts"] + max(decoded - r["drafts"] - r["accepted_tokens"], 0)
+        f = r["drafts"] / steps
+        ratio = (r["engine_decode_s"] / steps) / (plain_base.loc[key, "engine_decode_s"]
+                                                  / (plain_base.loc[key, "completion_tokens"] - 1))
+        v = base.verify(K + 1)
+        if f > 0:
+            drafted += 1
+            assert table.loc[key, "c_in_server"] == pytest.approx((ratio - f * v - (1 - f)) / (f * K)), key
+        assert table.loc[key, "decode_bound"] == pytest.approx(decoded / steps / (f * base.verify_low(K + 1) + 1 - f))
+    assert drafted, "prompt lookup drafted on none of the structured prompts: pick prompts that repeat"
+
+
 def test_baseline_metrics_have_no_speculation(baseline_server):
     counters = read_spec_counters(baseline_server.base_url)
     assert counters.drafts == 0 and counters.draft_tokens == 0

@@ -1,0 +1,114 @@
+"""The series' one way to measure a speedup (measure.paired, costmodel.evaluate): pairs in ABBA order, a sandwich's
+drift, the in-server c and the physics guard, on rows of the shape measure_prompts records."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from specdec_helpers.costmodel import analysis, evaluate, theory
+from specdec_helpers.measure.paired import INTERLEAVED, SANDWICH, sandwich_drift
+from specdec_helpers.measure.requests import interleaved_order
+
+K = 4
+VERIFY = theory.VerifyCost({1: 1.0, 2: 1.1, 5: 1.5, 8: 2.0})
+VERIFY_LOW = theory.VerifyCost({1: 1.0, 2: 1.05, 5: 1.4, 8: 1.9})
+
+
+def _baseline() -> evaluate.Baseline:
+    return evaluate.Baseline(server=None, step_s=0.1, verify_summary=pd.DataFrame(), verify=VERIFY,
+                             verify_low=VERIFY_LOW)
+
+
+def _row(server: str, prompt: str, *, block: int, slot: int, sent_at: float, tokens: int, engine_decode_s: float,
+         drafts: float = math.nan, accepted: float = math.nan, e2e_s: float | None = None) -> dict:
+    """One request as measure_prompts records it (the columns the analysis reads)."""
+    spec = server != "baseline"
+    decode_client = engine_decode_s * 1.05
+    e2e = e2e_s if e2e_s is not None else engine_decode_s + 0.2
+    return {"server": server, "method": "draft_model" if spec else "none", "num_speculative_tokens": K if spec else 0,
+            "served_format": "float32", "prompt_id": prompt, "class": "structured", "subcategory": "json",
+            "repeat": 0, "block": block, "slot": slot, "sent_at": sent_at, "temperature": 0.0, "ttft_s": 0.2,
+            "e2e_s": e2e, "decode_s": decode_client, "mean_itl_s": decode_client / (tokens - 1),
+            "decode_tokens_per_s": (tokens - 1) / decode_client, "engine_prefill_s": 0.15,
+            "engine_decode_s": engine_decode_s, "engine_decode_tokens_per_s": (tokens - 1) / engine_decode_s,
+            "prompt_tokens": 40, "completion_tokens": tokens, "finish_reason": "length", "text": "x",
+            **({"drafts": drafts, "draft_tokens": drafts * K, "accepted_tokens": accepted} if spec else {}),
+            "design": INTERLEAVED, "sandwich": ""}
+
+
+def _pair(prompt: str, block: int, *, spec_decode_s: float, drafts: int = 10, accepted: int = 30,
+          base_decode_s: float = 4.0, tokens: int = 41) -> list[dict]:
+    """A baseline request (0.1 s per token) and a speculative one on the same prompt, 41 tokens each."""
+    t0 = 100.0 * block
+    return [_row("baseline", prompt, block=block, slot=0, sent_at=t0, tokens=tokens, engine_decode_s=base_decode_s),
+            _row("draft", prompt, block=block, slot=1, sent_at=t0 + 5, tokens=tokens, engine_decode_s=spec_decode_s,
+                 drafts=drafts, accepted=accepted)]
+
+
+def test_abba_order_alternates_which_server_goes_first():
+    servers = ["baseline", "a", "b"]
+    assert interleaved_order(servers, 0) == servers
+    assert interleaved_order(servers, 1) == servers[::-1]
+    assert interleaved_order(servers, 2) == servers
+
+
+def test_c_from_step_runs_the_cost_model_backwards():
+    for c, f in [(0.3, 1.0), (0.05, 0.4), (0.0, 1.0)]:
+        v = VERIFY(K + 1)
+        step = f * (K * c + v) + (1 - f)  # what the model says one speculative step costs, in baseline steps
+        assert theory.c_from_step(step, K, v, f) == pytest.approx(c)
+    assert math.isnan(theory.c_from_step(1.2, K, 1.5, 0.0))  # no drafted step: nothing to learn
+
+
+def test_pair_table_applies_the_stated_formulas_to_the_recorded_times():
+    # 40 decoded tokens in 10 drafted steps (1 + 3 accepted each), no plain step: f = 1
+    rows = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5))
+    table = evaluate.pair_table(rows, _baseline(), K)
+    r = table.iloc[0]
+    base_step = 4.0 / 40
+    assert r["steps"] == 10 and r["coverage"] == 1.0 and r["tokens_per_step"] == 4.0
+    assert r["step_ratio"] == pytest.approx(2.5 / 10 / base_step)
+    assert r["c_in_server"] == pytest.approx((2.5 / 10 / base_step - VERIFY(K + 1)) / K)
+    assert r["decode_speedup"] == pytest.approx(4.0 / 2.5)
+    assert r["decode_bound"] == pytest.approx(4.0 / VERIFY_LOW(K + 1))
+    assert r["seconds_apart"] == 5.0 and not r["flagged"]
+
+
+def test_the_guard_flags_a_pair_above_the_physics_bound_and_leaves_the_others():
+    # p2's speculative request decoded 4 tokens per step in less time than verifying alone allows (4 / 1.4 = 2.86x)
+    rows = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5) + _pair("p2", 1, spec_decode_s=1.2)
+                        + _pair("p3", 2, spec_decode_s=2.7))
+    table = evaluate.pair_table(rows, _baseline(), K)
+    assert table.set_index("prompt_id")["flagged"].to_dict() == {"p1": False, "p2": True, "p3": False}
+    assert table.loc[table["flagged"], "c_in_server"].iloc[0] < 0  # the same statement: a step cheaper than verifying
+    summary = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
+    assert summary["n_flagged"] == 1 and summary["flagged"][0].startswith("p2:")
+    assert summary["n_pairs"] == 2  # the flagged pair is in no statistic
+    kept = table[~table["flagged"]]
+    assert summary["measured_decode_speedup"] == pytest.approx(kept["decode_speedup"].median())
+    assert summary["decode_speedup_max"] == pytest.approx(kept["decode_speedup"].max())
+    assert summary["c_in_server"] == pytest.approx(table["c_in_server"].median())
+    assert summary["total_time_speedup"] == pytest.approx(kept["baseline_e2e_s"].sum() / kept["e2e_s"].sum())
+
+
+def test_a_class_prediction_uses_the_c_it_is_given_not_its_own_timings():
+    rows = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5) + _pair("p2", 1, spec_decode_s=2.9))
+    mine = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
+    given = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8, c=0.5)
+    assert given["c"] == 0.5 and mine["c"] == pytest.approx(max(mine["c_in_server"], 0.0))
+    assert given["predicted_decode_speedup"] == pytest.approx(
+        theory.predicted_speedup_with_coverage(given["alpha_per_token"], K, 0.5, VERIFY, given["coverage"]))
+
+
+def test_a_sandwich_pairs_with_the_mean_of_its_baseline_blocks_and_reports_their_drift():
+    before = _row("baseline", "p1", block=0, slot=0, sent_at=0, tokens=41, engine_decode_s=4.0, e2e_s=4.0)
+    spec = _row("draft", "p1", block=0, slot=0, sent_at=60, tokens=41, engine_decode_s=2.5, drafts=10, accepted=30)
+    after = _row("baseline", "p1", block=0, slot=0, sent_at=120, tokens=41, engine_decode_s=5.0, e2e_s=5.0)
+    rows = pd.DataFrame([before | {"sandwich": "before"}, spec, after | {"sandwich": "after"}]).assign(design=SANDWICH)
+    joined = analysis.paired(rows, ["e2e_s", "engine_decode_s"])
+    assert len(joined) == 1 and joined["baseline_e2e_s"].iloc[0] == pytest.approx(4.5)
+    assert sandwich_drift(rows) == pytest.approx((40 / 5.0) / (40 / 4.0))  # the baseline decoded 20% slower after
+    assert math.isnan(sandwich_drift(pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5))))
