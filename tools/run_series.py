@@ -152,6 +152,10 @@ img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 <h1>Is speculative decoding worth it?</h1>
 <p>Run <code>{{ name }}</code>, profile <b>{{ profile }}</b>, started
 {{ name[:15] }}. Parameters: <code>{{ params }}</code></p>
+{% if disagreements %}<div class="err"><b>This run does not agree with itself.</b> The same configuration, measured
+twice on the same prompts, gave results whose spreads do not overlap: the machine changed between the two (shared
+machines and laptops drift by tens of percent within minutes). Read differences smaller than these as noise.
+<ul>{% for line in disagreements %}<li>{{ line }}</li>{% endfor %}</ul></div>{% endif %}
 {% if servers %}<p>vLLM servers: {{ servers.starts }} started ({{ servers.shared_starts }} shared by the notebooks,
 {{ servers.own_starts }} a notebook's own; {{ servers.startup_s }} s of start-up),
 {{ servers.reuses }} reused by a later notebook; <a href="servers.json">servers.json</a> lists each.</p>{% endif %}
@@ -170,6 +174,22 @@ img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
 """
 
 
+def disagreements(runs: list[NotebookRun]) -> list[str]:
+    """Where a run measured one configuration twice and the two disagree beyond their spread (04's ``self_check``,
+    07's ``run_agreement``), one line each, for the top of index.html."""
+    lines = []
+    for run in runs:
+        check = run.records.get("self_check")
+        if isinstance(check, dict) and check.get("ranges_overlap") is False:
+            lines.append(f"{run.name}: {check.get('what')}: {check.get('section_3')}x in section 3 and "
+                         f"{check.get('k_sweep')}x in the k sweep; their ranges over the prompts do not overlap")
+        for pair in run.records.get("run_agreement") or []:
+            if isinstance(pair, dict) and pair.get("agree") is False:
+                lines.append(f"{run.name}, {pair.get('class')}: {pair.get('first')} {pair.get('first_speedup')}x and "
+                             f"{pair.get('second')} {pair.get('second_speedup')}x; their intervals do not overlap")
+    return lines
+
+
 def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any],
                 servers: dict[str, Any] | None = None) -> Path:
     """A single page linking every executed notebook, its key numbers and its figures."""
@@ -177,7 +197,7 @@ def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: di
 
     template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
     page = template.render(
-        name=run_dir.name, profile=profile, params=json.dumps(params), show=_format, servers=servers,
+        name=run_dir.name, profile=profile, disagreements=disagreements(runs), params=json.dumps(params), show=_format, servers=servers,
         results=(run_dir / "results.csv").exists(), figures=sorted((run_dir / "figures").glob("*.png")),
         runs=[{"name": r.name, "ok": r.ok, "seconds": r.seconds, "error": r.error, "records": r.records,
                "links": [p for p in (r.output.with_suffix(".html"), r.output) if p.exists()]} for r in runs])

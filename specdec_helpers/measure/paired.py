@@ -2,7 +2,8 @@
 prompt in time, so the machine's drift (tens of percent within minutes on shared machines and laptops) hits both.
 
 ``together``: every server is up and each (prompt, repeat) block runs the baseline and the candidates in ABBA order
-(:func:`measure.requests.interleaved_order`). Where memory holds only one server, a sandwich: the baseline's block,
+(:func:`measure.requests.interleaved_order`), after every server has seen every prompt once
+(:func:`measure.requests.prime`). Where memory holds only one server, a sandwich: the baseline's block,
 each candidate's, the baseline's again; the drift between the two baseline blocks bounds the ratio's error and is
 reported (:func:`sandwich_drift`), and the baseline that pairs with a candidate is the mean of its two blocks.
 """
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure.requests import measure_prompts, warm_up
+from specdec_helpers.measure.requests import measure_prompts, prime, warm_up
 
 INTERLEAVED, SANDWICH = "interleaved", "sandwich"
 
@@ -35,12 +36,14 @@ def measure_paired(baseline: VLLMServer, candidates: Sequence[VLLMServer], promp
                 if not server.running:
                     stack.enter_context(server)
                 warm_up(server)
+                prime(server, prompts)
             return measure_prompts([baseline, *candidates], prompts, **options).assign(design=INTERLEAVED, sandwich="")
     blocks = []
     baseline.stop()  # one server at a time: the baseline comes back for the closing block
     for role, server in [("before", baseline), *(("", c) for c in candidates), ("after", baseline)]:
         with server:
             warm_up(server)
+            prime(server, prompts)
             blocks.append(measure_prompts([server], prompts, **options).assign(design=SANDWICH, sandwich=role))
     return pd.concat(blocks, ignore_index=True)
 

@@ -120,6 +120,14 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
                     [{"role": "user", "content": "Say hello in five words."}], max_tokens=max_tokens)
 
 
+def prime(server: VLLMServer, prompts: Sequence, max_tokens: int = 2) -> None:
+    """Each measured prompt once, cut to ``max_tokens``, before any is timed: on the CPU the first prefill of a new
+    prompt length builds that shape's kernels (a 24-token answer's first request took 0.9 s to its first token on
+    cpu-tiny against 0.07 s after), which would land on whichever server of a pair saw the prompt first."""
+    for prompt in prompts:
+        stream_chat(server.client(), server.served_model_name, prompt.messages, max_tokens=max_tokens)
+
+
 def interleaved_order(servers: Sequence, block: int) -> list:
     """ABBA: block 0 runs the servers in order, block 1 reversed, and so on, so a drift that is linear in time over
     two blocks costs every server the same on average (AB AB would always give B the later, drifted, slot)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,3 +27,70 @@ def save_figure(fig, run_dir: str | Path, name: str) -> Path:  # as PNG under ``
     path = resolve_run_dir(run_dir) / "figures" / f"{name}.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     return path
+
+
+def speedups_in_run(run_dir: str | Path, draft: str, k: int) -> "pd.DataFrame":
+    """Every speedup this run folder holds for ``draft`` at ``k`` (04's section 3 and its k sweep, 05 at temperature
+    0, 07), one row per notebook, measurement and class: the paired median end-to-end speedup with its 95% interval
+    (or, with fewer than 8 prompts, its range over them), the paired median decode speedup, how many pairs, and the
+    prompt ids, so a reader sees how far two measurements of one configuration in one run lie apart."""
+    import pandas as pd
+
+    results = resolve_run_dir(run_dir) / "results"
+
+    def read(name: str) -> pd.DataFrame:
+        path = results / f"{name}.csv"
+        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+    def prompt_ids(requests: pd.DataFrame, cls: str, server: str | None = None) -> str:
+        if requests.empty:
+            return ""
+        mine = requests[(requests["class"] == cls) & ((requests["server"] == server) if server else True)]
+        return " ".join(sorted(set(mine["prompt_id"])))
+
+    rows = []
+
+    def add(notebook: str, what: str, cls: str, r: dict, speedup: str, lo: str, hi: str, decode: str, n: str,
+            ids: str) -> None:
+        low, high = r.get(lo), r.get(hi)
+        kind = "95% interval"
+        if pd.isna(low) or pd.isna(high):
+            low, high, kind = r.get("speedup_min"), r.get("speedup_max"), "range over prompts"
+        rows.append({"notebook": notebook, "measurement": what, "class": cls, "n_pairs": int(r.get(n) or 0),
+                     "speedup": r.get(speedup), "low": low, "high": high, "spread": kind,
+                     "decode_speedup": r.get(decode), "prompts": ids})
+
+    requests_04 = read("04_requests")
+    for r in read("04_candidates").to_dict(orient="records"):
+        if r["candidate"] == draft and int(r["k"]) == k:
+            add("04", "section 3: candidates", "structured", r, "measured_speedup", "speedup_ci_low",
+                "speedup_ci_high", "measured_decode_speedup", "n_pairs", prompt_ids(requests_04, "structured", draft))
+    sweep, sweep_requests = read("04_k_sweep"), read("04_k_sweep_requests")
+    for r in sweep.to_dict(orient="records"):
+        if r.get("candidate") == draft and int(r["k"]) == k:
+            if sweep_requests.empty:
+                ids = ""
+            else:
+                at_k = sweep_requests[sweep_requests["num_speculative_tokens"].isin([0, k])]
+                ids = prompt_ids(at_k, r["class"], draft)
+            pairs = read("04_k_sweep_pairs")
+            if not pairs.empty:
+                pairs = pairs[(pairs["k"] == k) & (pairs["class"] == r["class"]) & ~pairs["flagged"].astype(bool)]
+            r = {**r, "speedup_min": pairs["speedup"].min() if len(pairs) else math.nan,
+                 "speedup_max": pairs["speedup"].max() if len(pairs) else math.nan}
+            add("04", "section 6: k sweep", r["class"], r, "measured_speedup", "-", "-", "measured_decode_speedup",
+                "n", ids)
+    requests_05 = read("05_requests")
+    spec_05 = requests_05[requests_05["server"] != "baseline"] if not requests_05.empty else requests_05
+    if not spec_05.empty and (spec_05["draft_model"] == draft).all() and (spec_05["num_speculative_tokens"] == k).all():
+        for r in read("05_cells").to_dict(orient="records"):
+            if float(r["temperature"]) == 0.0:
+                add("05", "structured vs creative, T = 0", r["class"], r, "speedup", "speedup_ci_low",
+                    "speedup_ci_high", "decode_speedup", "n", prompt_ids(requests_05, r["class"]))
+    requests_07 = read("07_requests")
+    for r in read("07_by_class").to_dict(orient="records"):
+        if r["candidate"] == draft and int(r["k"]) == k:
+            add("07", "the verdict", r["class"], r, "measured_speedup", "speedup_ci_low", "speedup_ci_high",
+                "measured_decode_speedup", "n_pairs", prompt_ids(requests_07, r["class"], draft))
+    return pd.DataFrame(rows, columns=["notebook", "measurement", "class", "n_pairs", "speedup", "low", "high",
+                                       "spread", "decode_speedup", "prompts"])
