@@ -138,6 +138,19 @@ class VLLMServer:
     def pooled(self) -> bool:  # while this handle uses a shared server of the run's pool
         return self._entry is not None
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix, so the next request prefills in full. A measurement sends the same
+        prompt to a server several times (repeats, each k of a sweep, a baseline kept up across candidates): with
+        vLLM's prefix caching on, every send after the first would skip most of its prefill, and a server that saw
+        a prompt more often would look faster to the first token."""
+        try:
+            reply = requests.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
+        except requests.RequestException as exc:
+            raise ServerError(f"could not reset the prefix cache of {self.name} at {self.base_url}: {exc}") from exc
+        if reply.status_code != 200:
+            raise ServerError(f"{self.name} at {self.base_url} refused to reset its prefix cache ({reply.status_code}: "
+                              f"{reply.text[:200]}); it needs VLLM_SERVER_DEV_MODE=1, which VLLMServer sets")
+
     def client(self):  # -> openai.OpenAI
         from openai import OpenAI
 
@@ -186,7 +199,8 @@ class VLLMServer:
 
     def environment(self) -> dict[str, str]:
         # PYTHONSAFEPATH: like -P, for every Python process the server spawns
-        env = {"VLLM_LOGGING_LEVEL": "INFO", **os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONSAFEPATH": "1"}
+        env = {"VLLM_LOGGING_LEVEL": "INFO", **os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONSAFEPATH": "1",
+               **POOLED_ENV}  # dev mode: POST /reset_prefix_cache (a server listens on 127.0.0.1 only)
         if self.temp_dir is not None:
             env["TMPDIR"] = str(self.temp_dir)
         if self.on_cpu:

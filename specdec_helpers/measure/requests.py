@@ -86,10 +86,14 @@ class Measurement:
         return (n - 1) / s if n >= 2 and s > 0 else float("nan")
 
 
-def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: float = 2.0,
+def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: float = 2.0, cold: bool = True,
                     **sampling: Any) -> Measurement:
     """Run one request alone on ``server`` and attribute the counter and histogram deltas to it (the engine records
-    a finished request's times as it answers; the short wait only guards a late record)."""
+    a finished request's times as it answers; the short wait only guards a late record). ``cold``: the prefix cache
+    is emptied first, so the request prefills in full as a new user's prompt would, however often the server has
+    seen it (:meth:`VLLMServer.reset_prefix_cache`)."""
+    if cold:
+        server.reset_prefix_cache()
     before, sent_at = read_snapshot(server.base_url), time.time()
     result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
     deadline = time.monotonic() + settle_s
@@ -121,9 +125,10 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
 
 
 def prime(server: VLLMServer, prompts: Sequence, max_tokens: int = 2) -> None:
-    """Each measured prompt once, cut to ``max_tokens``, before any is timed: on the CPU the first prefill of a new
-    prompt length builds that shape's kernels (a 24-token answer's first request took 0.9 s to its first token on
-    cpu-tiny against 0.07 s after), which would land on whichever server of a pair saw the prompt first."""
+    """Each measured prompt once, cut to ``max_tokens``, before any is timed: the first requests of a prompt on a
+    server can be much slower (on cpu-tiny one took 0.9 s to its first token against 0.07 s after), and that cost
+    would land on whichever server of a pair saw the prompt first. The timed requests still prefill in full: each
+    empties the prefix cache first (:func:`measure_request`)."""
     for prompt in prompts:
         stream_chat(server.client(), server.served_model_name, prompt.messages, max_tokens=max_tokens)
 

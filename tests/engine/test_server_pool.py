@@ -49,10 +49,13 @@ with VLLMServer(TARGET, name=NAME, speculative_config=ngram_config(4), log_dir=L
     text = "\\n".join(p.user_text for p in load_prompt_sets(["structured"]))[:2000]
     long = [{"role": "user", "content": "Repeat the first line of this text.\\n" + text}]
     hits = [prefix_hits(server.base_url)]
-    for _ in range(2):
-        measure_request(server, long, max_tokens=4, temperature=0.0, seed=0)
+    for _ in range(2):  # cold=False: the cache as the pool left it (a measurement empties it before each request)
+        measure_request(server, long, max_tokens=4, temperature=0.0, seed=0, cold=False)
         hits.append(prefix_hits(server.base_url))
+    measure_request(server, long, max_tokens=4, temperature=0.0, seed=0)  # cold: prefills in full
+    hits.append(prefix_hits(server.base_url))
     out["long_first_hits"], out["long_repeat_hits"] = hits[1] - hits[0], hits[2] - hits[1]
+    out["long_cold_hits"] = hits[3] - hits[2]
 Path(OUT).write_text(json.dumps(out))
 """
 
@@ -86,6 +89,7 @@ def test_a_shared_server_is_reused_measures_as_fresh_and_is_stopped_after_a_fail
     # the counter is read right)
     assert b["long_first_hits"] == 0, b
     assert a["long_repeat_hits"] > 0 and b["long_repeat_hits"] > 0, (a, b)
+    assert a["long_cold_hits"] == 0 and b["long_cold_hits"] == 0, (a, b)  # a measured request prefills in full
     # the run stopped the server although its last notebook failed
     ledger = json.loads((run_dir / "servers.json").read_text())
     assert [e["event"] for e in ledger["events"]] == ["start", "reuse", "stop"]
