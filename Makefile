@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= -n 2 --dist loadgroup
 RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
-.PHONY: run test test-fast smoke worth-it lab env help preflight demo reference
+.PHONY: run test test-fast smoke worth-it lab env help preflight demo reference compare
 help:
 	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run all three test tiers (real vLLM on the CPU, two pinned workers; 22-33 min on 2 cores)"
@@ -22,6 +22,7 @@ help:
 	@echo "make worth-it PROMPTS=f.jsonl  notebook 07 (the verdict) on your own prompts"
 	@echo "make demo [PROFILE=...]        the live side-by-side demo as a page (Voila on 127.0.0.1; prints the URL)"
 	@echo "make reference RUN=runs/<dir>  data/reference/<profile>[-<cpu class>].json (\"what you should see\") from a run"
+	@echo "make compare RUNS='runs/a runs/b'  two runs side by side: 04's best k and 05's intervals, do they agree?"
 	@echo "make lab                       JupyterLab in the project's environment"
 	@echo "make env                       only create the environment"
 
@@ -51,6 +52,10 @@ demo:
 reference:
 	@test -n "$(RUN)" || { echo "usage: make reference RUN=runs/<timestamp>-<profile> [PROFILE=...]"; exit 2; }
 	$(WITH_ENV) python -m tools.build_reference $(RUN) $(if $(filter command line,$(origin PROFILE)),--profile $(PROFILE))
+
+compare:
+	@test -n "$(RUNS)" || { echo "usage: make compare RUNS=\"runs/<first> runs/<second>\""; exit 2; }
+	$(WITH_ENV) python -m tools.compare_runs $(RUNS)
 
 lab:
 	$(WITH_ENV) jupyter lab notebooks/

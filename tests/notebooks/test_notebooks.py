@@ -306,9 +306,23 @@ def check_06(r: dict, run_dir: Path) -> None:
         assert all(v["decode_speedup"] > 0 and v["end_to_end_speedup"] > 0 for v in ctx.values())
     assert all(0.0 <= v["coverage"] <= 1.0 for v in r["ngram_context_speedups"].values())
     assert "no recommendation from notebook 04" in r["draft_source"]  # the test runs 06 alone: says why
-    assert r["comparison_design"].startswith("one server at a time")
+    assert r["comparison_design"].startswith("the baseline up next to" if r["servers_together"]
+                                             else "one server at a time")
+    import pandas as pd
+
+    context = pd.read_csv(run_dir / "results" / "06_context.csv")
+    per_length = context[context["server"] != "baseline"].groupby(["server", "subcategory"]).size()
+    assert set(per_length.index.get_level_values(0)) == {"draft", "ngram"}
+    assert (per_length >= 3).all(), per_length  # every prompt length measured at least three times per method
+    if r["servers_together"]:  # per pass, ABBA blocks of two (baseline and one speculative server) in time order
+        for name, one_pass in context.groupby("paired_with"):
+            for block, group in one_pass.sort_values("sent_at").groupby("block", sort=False):
+                assert group["prompt_id"].nunique() == 1 and list(group["server"]) == (
+                    ["baseline", name] if block % 2 == 0 else [name, "baseline"]), group
+    ranges = {int(b): v for b, v in r["throughput_speedup_range"].items()}
     levels = {int(k): v for k, v in r["throughput_speedup_by_concurrency"].items()}
     assert set(levels) == {1, 4} and all(v > 0 for v in levels.values())
+    assert all(ranges[b][0] <= v <= ranges[b][1] for b, v in levels.items()), (levels, ranges)  # median of rounds
     # the crossover is named only when there is one, and the title says what happened. A level pays by the
     # series' rule (notebook 04): above 1 + min_gain, not merely above 1 (a run measured 1.049x at one stream:
     # "a gain too small", so speculation never paid there)
@@ -323,7 +337,7 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert ("stops paying" in title) == (status == "stops")
     assert ("never paid at any level" in title) == (status == "never")
     cost = r["cost_inputs"]
-    assert 0.0 <= cost["alpha"] <= 1.0 and cost["c"] > 0
+    assert 0.0 <= cost["alpha"] <= 1.0 and cost["c"] == pytest.approx(max(cost["c_in_server"], 0.0), abs=1e-4)
     # like with like: t(n) measured for every b and b*(k+1) the model needs, on the same server
     k = 4
     assert {int(n) for n in cost["step_time_by_sequences"]} == {n for b in levels for n in (b, b * (k + 1))}
@@ -336,15 +350,17 @@ def check_06(r: dict, run_dir: Path) -> None:
 
     prefill = r["draft_prefill"]
     assert set(prefill) == {"draft", "ngram"}
+    import statistics
+
     for server, p in prefill.items():
-        ratios = sorted(p["ttft_ratio"].values())
-        assert p["c_prefill"] == pytest.approx(ratios[len(ratios) // 2] - 1 if len(ratios) % 2 else
-                                               (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2 - 1, abs=2e-3)
         speedups = r["context_speedups" if server == "draft" else "ngram_context_speedups"]
         for n, predicted in p["predicted"].items():
+            # leave one out: c_pre for a length is the median TTFT ratio of the OTHER lengths, minus 1
+            others = [v for m, v in p["ttft_ratio"].items() if m != n]
+            assert p["c_prefill"][n] == pytest.approx(statistics.median(others) - 1, abs=2e-3)
             row = speedups[n]
             assert predicted == pytest.approx(theory.end_to_end_speedup(
-                row["prefill_share"], row["decode_speedup"], max(p["c_prefill"], -0.99)), abs=5e-3)
+                row["prefill_share"], row["decode_speedup"], max(p["c_prefill"][n], -0.99)), abs=5e-3)
             assert p["measured"][n] == pytest.approx(row["end_to_end_speedup"], abs=1e-3)
     longest = str(max(int(n) for n in prefill["draft"]["measured"]))
     best = max(("draft", "ngram"), key=lambda s_: prefill[s_]["measured"][longest])
@@ -373,8 +389,10 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert r["schedule_zero_k"] == "not asked" or 0 in schedule.values() or r["schedule_zero_k"].startswith("refused")
     top = r["schedule_vs_static_at_highest"]
     assert top["concurrency"] == max(levels) and top["static"] == pytest.approx(levels[max(levels)], abs=1e-3)
-    if schedule[max(levels)] < k:
-        assert top["schedule"] >= 0.9 * top["static"], top
+    # which is faster is the measurement's to show (three rounds of sub-second requests on cpu-tiny scatter by 2x):
+    # the test checks that the sentence reports the recorded, paired numbers
+    sched_levels = {int(b): v for b, v in r["schedule_throughput_speedup_by_concurrency"].items()}
+    assert top["schedule"] == pytest.approx(sched_levels[max(levels)], abs=1e-3)
     assert r["schedule_sentence"] in " ".join(r["takeaways"])
     assert (run_dir / "figures" / "06_schedule.png").exists()
     # the takeaways are generated: they name this run's crossover and its context speedups
