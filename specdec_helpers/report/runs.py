@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Iterable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,12 +30,15 @@ def save_figure(fig, run_dir: str | Path, name: str) -> Path:  # as PNG under ``
     return path
 
 
-def speedups_in_run(run_dir: str | Path, draft: str, k: int) -> "pd.DataFrame":
+def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> "pd.DataFrame":
     """Every speedup this run folder holds for ``draft`` at ``k`` (04's section 3 and its k sweep, 05 at temperature
     0, 07), one row per notebook, measurement and class: the paired median end-to-end speedup with its 95% interval
     (or, with fewer than 8 prompts, its range over them), the paired median decode speedup, how many pairs, and the
-    prompt ids, so a reader sees how far two measurements of one configuration in one run lie apart."""
+    prompt ids, so a reader sees how far two measurements of one configuration in one run lie apart. ``draft``: its
+    name, or every name it goes by (notebooks 04 and 07 record the candidate's key, 05's provenance its hub id)."""
     import pandas as pd
+
+    names = {draft} if isinstance(draft, str) else set(draft)
 
     results = resolve_run_dir(run_dir) / "results"
 
@@ -62,17 +66,17 @@ def speedups_in_run(run_dir: str | Path, draft: str, k: int) -> "pd.DataFrame":
 
     requests_04 = read("04_requests")
     for r in read("04_candidates").to_dict(orient="records"):
-        if r["candidate"] == draft and int(r["k"]) == k:
+        if r["candidate"] in names and int(r["k"]) == k:
             add("04", "section 3: candidates", "structured", r, "measured_speedup", "speedup_ci_low",
-                "speedup_ci_high", "measured_decode_speedup", "n_pairs", prompt_ids(requests_04, "structured", draft))
+                "speedup_ci_high", "measured_decode_speedup", "n_pairs", prompt_ids(requests_04, "structured", r["candidate"]))
     sweep, sweep_requests = read("04_k_sweep"), read("04_k_sweep_requests")
     for r in sweep.to_dict(orient="records"):
-        if r.get("candidate") == draft and int(r["k"]) == k:
+        if r.get("candidate") in names and int(r["k"]) == k:
             if sweep_requests.empty:
                 ids = ""
             else:
                 at_k = sweep_requests[sweep_requests["num_speculative_tokens"].isin([0, k])]
-                ids = prompt_ids(at_k, r["class"], draft)
+                ids = prompt_ids(at_k, r["class"], r["candidate"])
             pairs = read("04_k_sweep_pairs")
             if not pairs.empty:
                 pairs = pairs[(pairs["k"] == k) & (pairs["class"] == r["class"]) & ~pairs["flagged"].astype(bool)]
@@ -82,15 +86,15 @@ def speedups_in_run(run_dir: str | Path, draft: str, k: int) -> "pd.DataFrame":
                 "n", ids)
     requests_05 = read("05_requests")
     spec_05 = requests_05[requests_05["server"] != "baseline"] if not requests_05.empty else requests_05
-    if not spec_05.empty and (spec_05["draft_model"] == draft).all() and (spec_05["num_speculative_tokens"] == k).all():
+    if not spec_05.empty and spec_05["draft_model"].isin(names).all() and (spec_05["num_speculative_tokens"] == k).all():
         for r in read("05_cells").to_dict(orient="records"):
             if float(r["temperature"]) == 0.0:
                 add("05", "structured vs creative, T = 0", r["class"], r, "speedup", "speedup_ci_low",
                     "speedup_ci_high", "decode_speedup", "n", prompt_ids(requests_05, r["class"]))
     requests_07 = read("07_requests")
     for r in read("07_by_class").to_dict(orient="records"):
-        if r["candidate"] == draft and int(r["k"]) == k:
+        if r["candidate"] in names and int(r["k"]) == k:
             add("07", "the verdict", r["class"], r, "measured_speedup", "speedup_ci_low", "speedup_ci_high",
-                "measured_decode_speedup", "n_pairs", prompt_ids(requests_07, r["class"], draft))
+                "measured_decode_speedup", "n_pairs", prompt_ids(requests_07, r["class"], r["candidate"]))
     return pd.DataFrame(rows, columns=["notebook", "measurement", "class", "n_pairs", "speedup", "low", "high",
                                        "spread", "decode_speedup", "prompts"])
