@@ -40,15 +40,15 @@ def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int) ->
     the pass that checks k drafts (measured, not interpolated: the guard and c divide by it)."""
     step_s = decode_step_seconds(server)
     ks = sorted({*map(int, verify_ks), int(k) + 1})
-    for attempt in (1, 2):  # a burst of other work can make a pass look cheaper than nothing: measure once more
+    for attempt in (1, 2, 3):  # a burst of other work can make a pass look cheaper than nothing: measure again
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=ks))
         try:
             summary = phases.summarize_verify_cost(table)
             break
         except ValueError as exc:
-            if attempt == 2:
+            if attempt == 3:
                 raise
-            print(f"{exc}\nMeasuring v(n) once more.")
+            print(f"{exc}\nMeasuring v(n) again.")
     return Baseline(server=server, step_s=step_s, verify_summary=summary,
                     verify=theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()}),
                     verify_low=theory.VerifyCost({int(n): float(v) for n, v in summary["ci_low"].items()}))

@@ -22,17 +22,23 @@ from specdec_helpers.measure import metrics, phases
 KS = [1, 2, 8]
 
 
-def _check_verify_table(server: VLLMServer, repeats: int = 5) -> None:
-    before = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
-    table = phases.add_verify_ratio(phases.verify_cost(server, ks=KS[1:], repeats=repeats))
-    after = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
-    assert sorted(table["k"].unique()) == KS  # n = 1, the unit, is always measured
-    assert len(table) == repeats * len(KS)
-    # one observation per request: every round's decode request and passes, the prefix fill, the warm-up
-    assert after - before == len(table) + repeats + 2
-    assert (table["decode_step_s"] > 0).all() and (table["engine_s"] > 0).all()
-    assert (table["engine_s"] < table["seconds"]).all()  # the engine's part of what the client waited for
-    summary = phases.summarize_verify_cost(table)
+def _check_verify_table(server: VLLMServer, repeats: int = 5, attempts: int = 3) -> None:
+    for attempt in range(1, attempts + 1):
+        before = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
+        table = phases.add_verify_ratio(phases.verify_cost(server, ks=KS[1:], repeats=repeats))
+        after = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
+        assert sorted(table["k"].unique()) == KS  # n = 1, the unit, is always measured
+        assert len(table) == repeats * len(KS)
+        # one observation per request: every round's decode request and passes, the prefix fill, the warm-up
+        assert after - before == len(table) + repeats + 2
+        assert (table["decode_step_s"] > 0).all() and (table["engine_s"] > 0).all()
+        assert (table["engine_s"] < table["seconds"]).all()  # the engine's part of what the client waited for
+        try:  # the other test worker's servers share the machine: a burst there reads as a pass cheaper than nothing,
+            summary = phases.summarize_verify_cost(table)  # which the summary refuses (tested below); measure again
+            break
+        except ValueError:
+            if attempt == attempts:
+                raise
     assert list(summary.index) == KS and (summary["n"] == repeats).all()
     assert summary.loc[1, "v"] == 1.0 and (summary["v"] > 0).all() and (summary["ci_low"] > 0).all()
     with pytest.raises(ValueError, match="at least 3"):
