@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import psutil
-import requests
 
-from specdec_helpers.engine.serving import HOST, ServerError, VLLMServer, healthy
+from specdec_helpers.engine.serving import HOST, VLLMServer, healthy, reset_prefix_cache
 
 POOL_ENV = "SPECDEC_SERVER_POOL"
 OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
@@ -178,15 +177,7 @@ class ServerPool:
                 entry = None
             reused = entry is not None
             if reused:  # empty its prefix cache: no measurement is sped up by an earlier notebook's prompts
-                try:
-                    reply = requests.post(f"{entry.base_url}/reset_prefix_cache", timeout=30)
-                except requests.RequestException as exc:
-                    raise ServerError(f"could not reset the prefix cache of the shared server at {entry.base_url}: "
-                                      f"{exc}") from exc
-                if reply.status_code != 200:
-                    raise ServerError(f"the shared server at {entry.base_url} refused to reset its prefix cache "
-                                      f"({reply.status_code}: {reply.text[:200]}); was it started with "
-                                      "VLLM_SERVER_DEV_MODE=1?")
+                reset_prefix_cache(entry.base_url, f"the shared server {entry.name}")
                 self._event(data, "reuse", entry)
             else:
                 self._make_room(data, server)

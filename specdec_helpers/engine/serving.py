@@ -143,13 +143,7 @@ class VLLMServer:
         prompt to a server several times (repeats, each k of a sweep, a baseline kept up across candidates): with
         vLLM's prefix caching on, every send after the first would skip most of its prefill, and a server that saw
         a prompt more often would look faster to the first token."""
-        try:
-            reply = requests.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
-        except requests.RequestException as exc:
-            raise ServerError(f"could not reset the prefix cache of {self.name} at {self.base_url}: {exc}") from exc
-        if reply.status_code != 200:
-            raise ServerError(f"{self.name} at {self.base_url} refused to reset its prefix cache ({reply.status_code}: "
-                              f"{reply.text[:200]}); it needs VLLM_SERVER_DEV_MODE=1, which VLLMServer sets")
+        reset_prefix_cache(self.base_url, self.name)
 
     def client(self):  # -> openai.OpenAI
         from openai import OpenAI
@@ -359,7 +353,19 @@ def remove_orphaned_temp_dirs() -> list[Path]:
     return removed
 
 
-#: a pooled server's extra variables: dev mode serves POST /reset_prefix_cache (engine.pool)
+def reset_prefix_cache(base_url: str, name: str) -> None:
+    """``POST /reset_prefix_cache`` on the server at ``base_url`` (dev mode, which every VLLMServer runs in), or a
+    ServerError that says why not."""
+    try:
+        reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
+    except requests.RequestException as exc:
+        raise ServerError(f"could not reset the prefix cache of {name} at {base_url}: {exc}") from exc
+    if reply.status_code != 200:
+        raise ServerError(f"{name} at {base_url} refused to reset its prefix cache ({reply.status_code}: "
+                          f"{reply.text[:200]}); was it started with VLLM_SERVER_DEV_MODE=1?")
+
+
+#: every server's extra variables: dev mode serves POST /reset_prefix_cache (measure_request, engine.pool)
 POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
