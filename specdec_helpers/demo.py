@@ -3,7 +3,6 @@ how the two shared the machine (``ServerPair.comparison``): ``split_cpu_cores`` 
 
 from __future__ import annotations
 
-import contextlib
 import html
 import math
 import threading
@@ -17,7 +16,8 @@ import pandas as pd
 from specdec_helpers.engine.cpu import core_share, cores_spec, usable_core_ids
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
-from specdec_helpers.measure.requests import measure_prompts, measure_request, warm_up
+from specdec_helpers.measure.paired import measure_paired
+from specdec_helpers.measure.requests import measure_request
 
 MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
@@ -72,15 +72,11 @@ class ServerPair:
         return self.baseline.running and self.speculative.running
 
     def measure(self, prompts: Sequence, temperatures: Sequence[float], **options: Any) -> pd.DataFrame:
-        """Every prompt at every temperature on both, one request at a time: alternating when started (drift
-        hits both alike), else one server at a time (machines that cannot hold both, e.g. 1.5B fp32 on 24 GB)."""
-        together, frames = self.running, []
-        for group in [self.servers] if together else [[server] for server in self.servers]:
-            with contextlib.nullcontext() if together else group[0]:  # started here: stopped at the end of the block
-                for server in group:
-                    warm_up(server)
-                frames += [measure_prompts(group, prompts, temperature=t, **options) for t in temperatures]
-        return pd.concat(frames, ignore_index=True)
+        """Every prompt at every temperature on both, paired in time (:func:`measure.paired.measure_paired`): in ABBA
+        blocks when started (both stay up for the demo), else as a sandwich, one server at a time (machines that
+        cannot hold both, e.g. 1.5B fp32 on 24 GB)."""
+        return measure_paired(self.baseline, [self.speculative], prompts, together=self.running,
+                              temperature=temperatures, **options)
 
     def stop(self) -> None:
         for server in self.servers:

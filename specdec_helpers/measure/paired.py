@@ -23,13 +23,19 @@ INTERLEAVED, SANDWICH = "interleaved", "sandwich"
 
 
 def measure_paired(baseline: VLLMServer, candidates: Sequence[VLLMServer], prompts: Sequence, *, together: bool,
-                   temperature: float = 0.0, repeats: int = 1, max_tokens: int | None = None,
+                   temperature: float | Sequence[float] = 0.0, repeats: int = 1, max_tokens: int | None = None,
                    provenance: dict | None = None, progress: bool = True) -> pd.DataFrame:
-    """Rows of the baseline and every candidate on ``prompts``; ``design`` says how they were paired, ``sandwich`` (for
-    that design) which baseline block a row belongs to. Servers this call starts, it stops; a running baseline stays
-    up in the interleaved design (a notebook keeps it across candidates) and is released for a sandwich."""
-    options = dict(temperature=temperature, repeats=repeats, max_tokens=max_tokens, provenance=provenance,
-                   progress=progress)
+    """Rows of the baseline and every candidate on ``prompts`` at each ``temperature``; ``design`` says how they were
+    paired, ``sandwich`` (for that design) which baseline block a row belongs to. Servers this call starts, it stops; a
+    running baseline stays up in the interleaved design (a notebook keeps it across candidates) and is released for a
+    sandwich (one sandwich for every temperature: three server starts, not three per temperature)."""
+    temperatures = [float(temperature)] if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
+    options = dict(repeats=repeats, max_tokens=max_tokens, provenance=provenance, progress=progress)
+
+    def measure(servers: list[VLLMServer]) -> pd.DataFrame:
+        return pd.concat([measure_prompts(servers, prompts, temperature=t, **options) for t in temperatures],
+                         ignore_index=True)
+
     if together:
         with contextlib.ExitStack() as stack:
             for server in [baseline, *candidates]:
@@ -37,14 +43,14 @@ def measure_paired(baseline: VLLMServer, candidates: Sequence[VLLMServer], promp
                     stack.enter_context(server)
                 warm_up(server)
                 prime(server, prompts)
-            return measure_prompts([baseline, *candidates], prompts, **options).assign(design=INTERLEAVED, sandwich="")
+            return measure([baseline, *candidates]).assign(design=INTERLEAVED, sandwich="")
     blocks = []
     baseline.stop()  # one server at a time: the baseline comes back for the closing block
     for role, server in [("before", baseline), *(("", c) for c in candidates), ("after", baseline)]:
         with server:
             warm_up(server)
             prime(server, prompts)
-            blocks.append(measure_prompts([server], prompts, **options).assign(design=SANDWICH, sandwich=role))
+            blocks.append(measure([server]).assign(design=SANDWICH, sandwich=role))
     return pd.concat(blocks, ignore_index=True)
 
 

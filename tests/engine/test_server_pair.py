@@ -1,5 +1,6 @@
 """ServerPair.measure with real vLLM engines: the path notebook 05 takes when a machine cannot hold
-both servers at once (one server at a time), and the path it takes when it can (both up, alternating)."""
+both servers at once (one server at a time, the baseline before and after: a sandwich), and the path it takes when
+it can (both up, alternating)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,14 @@ def test_one_server_at_a_time_measures_both_and_leaves_nothing_running(target_di
     assert not pair.baseline.running and not pair.speculative.running
     assert seen_running and not any(seen_running)  # never both up at once
     assert sorted(results["server"].unique()) == ["baseline", "speculative"]
-    assert len(results) == 2 * len(prompts)
+    assert len(results) == 3 * len(prompts)  # the baseline before and after the speculative server
+    assert (results["design"] == "sandwich").all()
+    order = results.sort_values("sent_at")
+    assert list(order.drop_duplicates("sandwich")["sandwich"]) == ["before", "", "after"]
+    assert list(order.drop_duplicates("server")["server"]) == ["baseline", "speculative"]
     spec = results[results["server"] == "speculative"]
     assert (spec["draft_tokens"] > 0).all()  # the speculative server really drafted
-    base = results[results["server"] == "baseline"].set_index("prompt_id")["text"]
+    base = results[results["sandwich"] == "before"].set_index("prompt_id")["text"]
     # temperature 0, the target drafting for itself in float32: the same answers (lossless)
     assert (spec.set_index("prompt_id")["text"] == base).mean() >= 0.5
 
@@ -44,6 +49,7 @@ def test_started_pair_alternates_and_keeps_both_up(target_dir, log_dir):
         results = pair.measure(prompts, [0.0], max_tokens=8, progress=False)
         assert pair.running  # the demo after the measurement still needs both
         assert list(results["server"]) == ["baseline", "speculative"]  # one prompt, alternating
+        assert (results["design"] == "interleaved").all()
     finally:
         pair.stop()
     assert not pair.baseline.running and not pair.speculative.running
