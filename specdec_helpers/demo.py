@@ -13,9 +13,10 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.cpu import core_share, cores_spec, usable_core_ids
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure.metrics import SpecCounters, read_spec_counters
+from specdec_helpers.measure.metrics import read_spec_counters
 from specdec_helpers.measure.paired import measure_paired
 from specdec_helpers.measure.requests import measure_request
 

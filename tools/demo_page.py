@@ -230,7 +230,7 @@ def describe(profile: str, params: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tools.run_series import parse_overrides
+    from tools.profiles import parse_overrides
 
     parser = argparse.ArgumentParser(prog="python -m tools.demo_page", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

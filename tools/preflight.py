@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a parameter, as for the runner")
     args = parser.parse_args(argv)
-    from tools.profiles import ProfileError
-    from tools.run_series import parse_overrides
+    from tools.profiles import ProfileError, parse_overrides
 
     try:
         report = check_profile(args.profile, smoke=args.smoke, overrides=parse_overrides(args.set),

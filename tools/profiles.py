@@ -91,3 +91,18 @@ def notebook_overrides(params: dict[str, Any], notebook: str) -> dict[str, Any]:
     """The ``per_notebook`` parameters for ``notebook`` (a file name such as "05_structured_vs_creative.ipynb")."""
     section = params.get(PER_NOTEBOOK) or {}
     return {k: v for prefix, values in section.items() if notebook.startswith(str(prefix)) for k, v in values.items()}
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["max_tokens=64", "prompts_file=my.jsonl"]`` -> parameters; paths that exist become absolute
+    (notebooks run with notebooks/ as their working folder)."""
+    overrides = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--set expects NAME=VALUE, got {pair!r}")
+        value = yaml.safe_load(raw) if raw else ""
+        if isinstance(value, str) and value and Path(value).exists():
+            value = str(Path(value).resolve())
+        overrides[name] = value
+    return overrides

@@ -34,7 +34,7 @@ from typing import Any
 from specdec_helpers.engine.pool import NOTEBOOK_ENV, ServerPool
 from specdec_helpers.report.record import read_records
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
-from tools.profiles import PER_NOTEBOOK, load_profile, notebook_overrides
+from tools.profiles import PER_NOTEBOOK, load_profile, notebook_overrides, parse_overrides
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
@@ -204,23 +204,6 @@ def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: di
     path = run_dir / "index.html"
     path.write_text(page)
     return path
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``["max_tokens=64", "prompts_file=my.jsonl"]`` -> parameters; paths that exist become absolute
-    (notebooks run with notebooks/ as their working folder)."""
-    import yaml
-
-    overrides = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--set expects NAME=VALUE, got {pair!r}")
-        value = yaml.safe_load(raw) if raw else ""
-        if isinstance(value, str) and value and Path(value).exists():
-            value = str(Path(value).resolve())
-        overrides[name] = value
-    return overrides
 
 
 def preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str | None:

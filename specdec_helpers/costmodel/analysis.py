@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel import theory
-from specdec_helpers.measure.metrics import pooled_acceptance
+from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci, bootstrap_ratio_ci
 
 

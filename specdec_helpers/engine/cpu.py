@@ -42,7 +42,7 @@ def cpu_has_fast_bf16() -> bool:
     """True where the CPU multiplies bf16 natively (AVX-512 BF16 / AMX on x86, BF16 on Arm)."""
     import torch
 
-    if _x86():
+    if is_x86():
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     return bool(torch.cpu.get_capabilities().get("bf16", False)) if hasattr(torch.cpu, "get_capabilities") else False
 
@@ -53,7 +53,7 @@ def cpu_has_int8_dot() -> bool:
         flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return False
-    return _x86() and bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    return is_x86() and bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 #: the /proc/cpuinfo (lscpu) flags that decide a CPU server's format and speed, in the order they build on each other
@@ -73,7 +73,7 @@ def cpu_speed_flags() -> list[str]:
     return [f for f in SPEED_FLAGS if f in flags]
 
 
-def _x86() -> bool:
+def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686")
 
 

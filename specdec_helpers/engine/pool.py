@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,7 +29,8 @@ from typing import Any, Callable
 
 import psutil
 
-from specdec_helpers.engine.serving import HOST, VLLMServer, healthy, reset_prefix_cache
+from specdec_helpers.engine.endpoints import HOST, healthy, reset_prefix_cache
+from specdec_helpers.engine.processes import group_alive, group_ram_bytes, stop_group
 
 POOL_ENV = "SPECDEC_SERVER_POOL"
 OWNER_ENV = "SPECDEC_SERVER_POOL_OWNER"
@@ -85,39 +85,6 @@ class Entry:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def group_ram_bytes(pgid: int) -> int:
-    """Proportional set size of every process in the group (shared pages counted once across them)."""
-    total = 0
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
-            if os.getpgid(proc.pid) == pgid:
-                total += proc.memory_full_info().pss
-    return total
-
-
-def stop_group(pgid: int, timeout_s: float = 30.0) -> None:
-    """SIGTERM to the whole group, then SIGKILL to what is left."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.time() + timeout_s
-    while group_alive(pgid) and time.time() < deadline:
-        with contextlib.suppress(ChildProcessError, OSError):  # a guard this process started stays a zombie
-            os.waitpid(pgid, os.WNOHANG)                       # (and its group "alive") until reaped
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pgid, os.WNOHANG)
-
-
 def reserve_bytes(own_groups: set[int] = frozenset()) -> int:
     """What :data:`RESERVE_ENV` asks the pool to leave free (0 when unset), less what vLLM servers outside this
     pool hold already (they are out of free memory)."""
@@ -165,7 +132,7 @@ class ServerPool:
         data["events"].append({"event": what, "key": entry.key, "name": entry.name, "time": round(time.time(), 1),
                                "notebook": os.environ.get(NOTEBOOK_ENV, ""), "startup_s": entry.startup_s})
 
-    def acquire(self, server: VLLMServer) -> None:
+    def acquire(self, server: Any) -> None:
         """Attach ``server`` to the running server of its configuration, or start that one (and make room)."""
         key = server.pool_key()
         with self.lock:  # held across a start: two kernels never start the same server twice
@@ -192,7 +159,7 @@ class ServerPool:
             self._write(data)
         server._attach(entry, reused)
 
-    def note_own_start(self, server: VLLMServer) -> None:  # a notebook's own server counts among the run's starts
+    def note_own_start(self, server: Any) -> None:  # a notebook's own server counts among the run's starts
         with self.lock:
             data = self._read()
             entry = Entry(key=server.pool_key(), name=server.name, pgid=0, port=server.port or 0,
@@ -241,7 +208,7 @@ class ServerPool:
         del data["entries"][entry.key]
         self._event(data, "stop", entry)
 
-    def _make_room(self, data: dict[str, Any], server: VLLMServer) -> None:
+    def _make_room(self, data: dict[str, Any], server: Any) -> None:
         """Stop idle servers until ``server`` fits (CPU RAM; on a GPU, the card's share)."""
         if server.install.platform == "cpu":
             need = server.estimated_ram_bytes() + MARGIN_BYTES

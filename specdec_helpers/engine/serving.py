@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import requests
 
 from specdec_helpers.engine.cpu import (
     CPU_SERVER_OVERHEAD_BYTES,
@@ -31,17 +29,18 @@ from specdec_helpers.engine.cpu import (
     cpu_threads_default,
     served_weight_bytes,
 )
+from specdec_helpers.engine.endpoints import HOST, ServerError, free_port, healthy, reset_prefix_cache
 from specdec_helpers.engine.install import check_python, vllm_install
+from specdec_helpers.engine.pool import active_pool, server_key
 from specdec_helpers.engine.pool_guard import exit_with_parent
+from specdec_helpers.engine.processes import group_ram_bytes
+from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
-HOST = "127.0.0.1"
+__all__ = ["HOST", "KV_BLOCK_TOKENS", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
+           "healthy", "reset_prefix_cache", "stop_all", "surviving_processes"]
 TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
 _started_groups: list[int] = []  # process groups of every server this process ever started
-
-
-class ServerError(RuntimeError):
-    """A vLLM server could not be started or used; the message says why."""
 
 
 class ServerStartError(ServerError):
@@ -50,13 +49,6 @@ class ServerStartError(ServerError):
 
 class PortInUseError(ServerError):
     """The requested port is taken by another process."""
-
-
-def free_port(port: int = 0) -> int:
-    """A port that was free a moment ago on 127.0.0.1: ``port`` (OSError if it is taken), or with 0 one the OS picks."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, port))
-        return sock.getsockname()[1]
 
 
 @dataclass(eq=False)  # identity, not value: servers live in a WeakSet
@@ -162,15 +154,11 @@ class VLLMServer:
         """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it)."""
         if self.served_format != "int8":
             return _absolute(model)
-        from specdec_helpers.models.quantize import int8_path
-
         return str(int8_path(_absolute(model)))
 
     def provision(self) -> None:
         """Build what the command line names and the cache lacks: the int8 copies (once; ``start`` calls it)."""
         if self.served_format == "int8":
-            from specdec_helpers.models.quantize import int8_checkpoint
-
             for model in filter(None, (self.model, self.draft)):
                 int8_checkpoint(_absolute(model))
 
@@ -210,8 +198,6 @@ class VLLMServer:
 
     def pool_key(self) -> str:
         """This server's identity in a run's pool: the command line and environment, less port and name."""
-        from specdec_helpers.engine.pool import server_key
-
         return server_key(self.command(), self.environment() | POOLED_ENV)
 
     def estimated_ram_bytes(self) -> int:
@@ -223,8 +209,6 @@ class VLLMServer:
     def start(self) -> "VLLMServer":
         if self.running:
             return self
-        from specdec_helpers.engine.pool import active_pool
-
         self.provision()
         pool = active_pool()
         if pool is not None and self.shared:
@@ -314,8 +298,6 @@ class VLLMServer:
 
     def ram_bytes(self) -> int:
         """What the running server holds in RAM now: the proportional set size of all its processes (0 if none)."""
-        from specdec_helpers.engine.pool import group_ram_bytes
-
         pgid = self._entry.pgid if self._entry is not None else self.process.pid if self.process else None
         return group_ram_bytes(pgid) if pgid else 0
 
@@ -336,12 +318,6 @@ class VLLMServer:
             self.stop()
 
 
-def healthy(base_url: str, timeout_s: float = 2.0) -> bool:
-    with contextlib.suppress(requests.RequestException):
-        return requests.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
-    return False
-
-
 def remove_orphaned_temp_dirs() -> list[Path]:
     """Remove (and return) the temporary folders of servers whose owner is gone (killed outright: no ``stop()``)."""
     removed = []
@@ -351,18 +327,6 @@ def remove_orphaned_temp_dirs() -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
-
-
-def reset_prefix_cache(base_url: str, name: str) -> None:
-    """``POST /reset_prefix_cache`` on the server at ``base_url`` (dev mode, which every VLLMServer runs in), or a
-    ServerError that says why not."""
-    try:
-        reply = requests.post(f"{base_url}/reset_prefix_cache", timeout=30)
-    except requests.RequestException as exc:
-        raise ServerError(f"could not reset the prefix cache of {name} at {base_url}: {exc}") from exc
-    if reply.status_code != 200:
-        raise ServerError(f"{name} at {base_url} refused to reset its prefix cache ({reply.status_code}: "
-                          f"{reply.text[:200]}); was it started with VLLM_SERVER_DEV_MODE=1?")
 
 
 #: every server's extra variables: dev mode serves POST /reset_prefix_cache (measure_request, engine.pool)

@@ -12,8 +12,9 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure.metrics import SpecCounters, read_snapshot
+from specdec_helpers.measure.metrics import read_snapshot
 
 
 @dataclass

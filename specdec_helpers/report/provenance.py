@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from specdec_helpers.engine.cpu import _x86, cpu_serving_format, cpu_speed_flags, usable_core_ids
+from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, is_x86, usable_core_ids
 from specdec_helpers.engine.install import vllm_install
 
 
@@ -76,8 +76,8 @@ def hardware() -> str:
     gpu = gpu_name()
     if gpu:
         return gpu
-    flags = cpu_speed_flags() if _x86() else []
-    isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if _x86() else "")
+    flags = cpu_speed_flags() if is_x86() else []
+    isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if is_x86() else "")
     return f"{cpu_name()} ({usable_cpus()} cores{isa})"
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:  # pandas is imported where a table is read: saving a figure does not need it
+    import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

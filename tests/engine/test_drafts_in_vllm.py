@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specdec_helpers import models as models_mod
+from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import draft_model_config
-from specdec_helpers.measure.metrics import SpecCounters
 from specdec_helpers.measure.prompts import load_prompt_sets, select
 from specdec_helpers.measure.requests import measure_request, stream_chat
 

@@ -103,8 +103,8 @@ def test_a_response_carries_its_own_acceptance_equal_to_the_counters_ngram(ngram
 def test_paired_requests_alternate_in_time_and_c_follows_from_the_recorded_steps(baseline_server, ngram_server):
     """The series' one way to measure a speedup, on real servers: each block holds one prompt's request on both, the
     order alternates (ABBA) and the records show it; the in-server c is the stated formula on the recorded times."""
-    from specdec_helpers.costmodel import evaluate, theory
-    from specdec_helpers.measure import phases
+    from specdec_helpers.costmodel import theory
+    from specdec_helpers.measure import evaluate, phases
     from specdec_helpers.measure.paired import measure_paired
 
     rows = measure_paired(baseline_server, [ngram_server], PROMPTS[:2], together=True, repeats=2, max_tokens=48,

@@ -106,8 +106,9 @@ def check_02(r: dict, run_dir: Path) -> None:
     assert r["served_dtype"] == cpu_serving_dtype("auto")
     assert r["peak_bandwidth_source"].startswith("numpy copy")  # on a CPU: measured, not a GPU datasheet
     # where int8 is served, 02 pairs it with the checkpoint's own precision, request by request
-    from specdec_helpers.engine.cpu import cpu_has_fast_bf16
     import pandas as pd
+
+    from specdec_helpers.engine.cpu import cpu_has_fast_bf16
 
     effect = r["served_format_effect"]
     if r["served_format"] != "int8":

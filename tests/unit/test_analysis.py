@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from specdec_helpers.costmodel import analysis, theory
-from specdec_helpers.measure.metrics import pooled_acceptance
+from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.stats import bootstrap_ratio_ci
 
 

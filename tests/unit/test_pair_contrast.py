@@ -1,4 +1,4 @@
-"""Unit tests for costmodel.pair_contrast, notebook 04's table of other pairs (no servers, no models)."""
+"""Unit tests for report.pair_contrast, notebook 04's table of other pairs (no servers, no models)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from specdec_helpers.costmodel import pair_contrast, theory
+from specdec_helpers.costmodel import theory
+from specdec_helpers.report import pair_contrast
 
 
 def test_manifest_rows_convert_mean_acceptance_length_and_label_the_source(tmp_path):

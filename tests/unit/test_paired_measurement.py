@@ -1,4 +1,4 @@
-"""The series' one way to measure a speedup (measure.paired, costmodel.evaluate): pairs in ABBA order, a sandwich's
+"""The series' one way to measure a speedup (measure.paired, measure.evaluate): pairs in ABBA order, a sandwich's
 drift, the in-server c and the physics guard, on rows of the shape measure_prompts records."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from specdec_helpers.costmodel import analysis, evaluate, theory
+from specdec_helpers.costmodel import analysis, theory
+from specdec_helpers.measure import evaluate
 from specdec_helpers.measure.paired import INTERLEAVED, SANDWICH, sandwich_drift
 from specdec_helpers.measure.requests import interleaved_order
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import nbformat
 
-from specdec_helpers.costmodel import evaluate
 from specdec_helpers.engine import pool
 from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.measure import evaluate
 from tools.run_series import NOTEBOOKS_DIR, execution_order, find_notebooks, uses_shared_servers
 
 

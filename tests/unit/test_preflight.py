@@ -8,7 +8,6 @@ import json
 import math
 import os
 import stat
-
 from pathlib import Path
 
 import pytest

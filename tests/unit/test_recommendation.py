@@ -1,11 +1,11 @@
-"""Unit tests for costmodel.recommendation, the 04 -> 05 hand-off (no servers, no models)."""
+"""Unit tests for report.recommendation, the 04 -> 05 hand-off (no servers, no models)."""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
-from specdec_helpers.costmodel import recommendation
+from specdec_helpers.report import recommendation
 
 
 def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel import analysis, theory
+from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import NGRAM, draft_model_config, ngram_config
 from specdec_helpers.measure import phases
-from specdec_helpers.measure.metrics import pooled_acceptance
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
 from specdec_helpers.models.resolve import resolve_model
