@@ -174,11 +174,6 @@ def decode_share(ttft_s: float, itl_s: float, output_tokens: int) -> float:
     return decode / (ttft_s + decode)
 
 
-def best_case_speedup(share: float, decode_speedup: float) -> float:
-    """Amdahl's law: the end-to-end gain if decode runs ``decode_speedup`` times faster."""
-    return 1.0 / ((1.0 - share) + share / decode_speedup)
-
-
 def served_dtype(log_text: str) -> str:
     """The dtype vLLM chose for the weights (``auto`` resolves per platform), from its log."""
     match = re.search(r"dtype=torch\.(\w+)", log_text)

@@ -7,6 +7,7 @@ import ast
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -16,11 +17,11 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def notebook_names(notebook: str, *names: str) -> dict:
-    """Execute, from ``notebook``'s code cells, only the top-level definitions of ``names`` (functions and
-    constants), in a namespace holding numpy and math; return that namespace."""
+def notebook_names(notebook: str, *names: str, extra: dict | None = None) -> dict:
+    """Execute, from ``notebook``'s code cells, only the top-level definitions of ``names`` (functions, classes and
+    constants), in a namespace holding numpy, math, dataclass and ``extra``; return that namespace."""
     nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
-    namespace: dict = {"np": np, "math": math}
+    namespace: dict = {"np": np, "math": math, "dataclass": dataclass, **(extra or {})}
     for cell in nb.cells:  # the parameters first: a rule may read one (07's MIN_GAIN is its min_gain)
         if "parameters" in cell.metadata.get("tags", []):
             exec(compile(cell.source, notebook, "exec"), namespace)
@@ -29,7 +30,7 @@ def notebook_names(notebook: str, *names: str) -> dict:
         if cell.cell_type != "code" or not any(name in cell.source for name in names):
             continue
         for node in ast.parse(cell.source).body:
-            defined = ({node.name} if isinstance(node, ast.FunctionDef) else
+            defined = ({node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
                        {t.id for t in node.targets if isinstance(t, ast.Name)} if isinstance(node, ast.Assign)
                        else set())
             if defined & set(names):
@@ -68,7 +69,6 @@ def test_06_reads_its_levels_by_the_series_rule_not_by_its_own_threshold():
     nb = nbformat.read(NOTEBOOKS / "06_context_and_concurrency.ipynb", as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "min_gain: float = 0.05" in code and "decision_side(" in code
-    assert code.count("threshold=1.0 + min_gain") == 2  # the measured and the predicted crossover
     own = re.compile(r"(speedup|end_to_end)[\w\"'\][.()-]*\s*(<|>|<=|>=)\s*1(\.0)?\b")
     for notebook in ("04_choosing_a_draft.ipynb", "05_structured_vs_creative.ipynb", "06_context_and_concurrency.ipynb",
                      "07_is_it_worth_it.ipynb"):
@@ -224,3 +224,74 @@ def test_the_direction_check_catches_a_typed_finding():
     assert not markdown_directions("Where this run measured a crossover, keep k below it.")
     assert not markdown_directions("Speculation pays when the draft guesses well. `the run shows 1.3x faster`")
     assert not markdown_directions("If the measured speedup is below 1, the verdict is a loss.")
+
+
+def crossover_rule():
+    """06's crossover rule as the notebook defines it, with "pays" above 1 (the threshold these cases use); the
+    notebook's own pays (1 + min_gain, verdict.decision_side) is checked in test_06_pays_is_the_series_rule."""
+    from functools import partial
+
+    from specdec_helpers.costmodel.verdict import decision_side
+
+    ns = notebook_names("06_context_and_concurrency.ipynb", "pays", "Crossover", "find_crossover",
+                        extra={"decision_side": decision_side})
+    return ns["Crossover"], partial(ns["find_crossover"], pays=lambda v: v > 1.0)
+
+
+def test_06_pays_is_the_series_rule():
+    from specdec_helpers.costmodel.verdict import decision_side
+
+    ns = notebook_names("06_context_and_concurrency.ipynb", "pays", "Crossover", "find_crossover",
+                        extra={"decision_side": decision_side})
+    min_gain = ns["min_gain"]
+    assert not ns["pays"](1.0 + min_gain) and ns["pays"](1.0 + min_gain + 1e-6) and not ns["pays"](0.9)
+    assert ns["find_crossover"]({1: 1.0 + 2 * min_gain, 2: 1.0 + min_gain}).level == 2  # its default is that rule
+
+
+def test_crossover_where_speculation_stops_paying():
+    Crossover, find_crossover = crossover_rule()
+    cross = find_crossover({4: 0.8, 1: 1.3, 2: 1.05})
+    assert (cross.status, cross.level, cross.last_paying) == ("stops", 4, 2)
+    assert cross.sentence() == ("Speculation stops paying between 2 and 4 concurrent streams "
+                                "(it paid at 2, not at 4)")
+    assert find_crossover({1: 1.3, 2: 0.9}).sentence() == \
+        "Speculation stops paying at 2 concurrent streams (it paid at 1)"
+
+
+def test_crossover_never_paid_names_no_crossover():
+    Crossover, find_crossover = crossover_rule()
+    cross = find_crossover({1: 0.9, 2: 0.8, 4: 0.5})
+    assert (cross.status, cross.level) == ("never", None)
+    text = cross.sentence()
+    assert "never paid at any level" in text and "1-4 concurrent streams" in text
+    assert "stops paying" not in text
+
+
+def test_crossover_always_paid_and_single_level():
+    Crossover, find_crossover = crossover_rule()
+    cross = find_crossover({1: 1.4, 8: 1.1})
+    assert (cross.status, cross.level, cross.last_paying) == ("always", None, 8)
+    assert "still paid at every level" in cross.sentence() and "up to 8" in cross.sentence()
+    assert find_crossover({1: 0.7}).sentence() == "Speculation never paid at any level measured (1 concurrent stream)"
+
+
+def test_crossover_mixed_and_threshold():
+    Crossover, find_crossover = crossover_rule()
+    cross = find_crossover({1: 0.95, 2: 1.1, 4: 0.8})
+    assert (cross.status, cross.level, cross.last_paying) == ("mixed", None, 2)
+    assert "no clean crossover" in cross.sentence()
+    # exactly the threshold does not pay (as verdict.decision_side: 1 + min_gain is "a gain too small");
+    # a higher threshold moves the crossover
+    assert find_crossover({1: 1.01, 2: 1.0}).level == 2
+    assert find_crossover({1: 1.05, 2: 1.2}, pays=lambda v: v > 1.05).status == "mixed"
+    assert find_crossover({1: 1.1, 2: 1.03}, pays=lambda v: v > 1.05).level == 2
+    with pytest.raises(ValueError):
+        find_crossover({})
+
+
+def test_crossover_first_loss_after_a_gain_even_when_noisy():
+    Crossover, find_crossover = crossover_rule()
+    # paid at 1, lost at 2, paid again at 4 (noise), lost at 8: the crossover is the first loss
+    cross = find_crossover({1: 1.2, 2: 0.97, 4: 1.01, 8: 0.6})
+    assert (cross.level, cross.last_paying) == (2, 1)
+    assert isinstance(cross, Crossover)
