@@ -6,6 +6,9 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
+#: tokens per KV block as vLLM 0.32 cuts its cache by default: 128 on a CPU (vllm/platforms/cpu.py, every model
+#: but MLA ones), CacheConfig's 16 on a GPU. Caches hold whole blocks; prefix caching hits whole blocks only.
+KV_BLOCK_TOKENS = {"cpu": 128, "gpu": 16}
 MIN_PYTHON = (3, 11)  # vLLM 0.32's minimum; ``-P`` (no script folder on sys.path) is 3.11+ as well
 
 

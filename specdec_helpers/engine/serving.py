@@ -36,7 +36,7 @@ from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.engine.processes import group_ram_bytes
 from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
-__all__ = ["HOST", "KV_BLOCK_TOKENS", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
+__all__ = ["HOST", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
            "healthy", "reset_prefix_cache", "stop_all", "surviving_processes"]
 TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
@@ -354,6 +354,3 @@ def stop_all() -> None:  # every server this process started
     for server in list(_live_servers):
         server.stop()
 
-
-#: vLLM's default KV block: caches hold whole blocks, prefix caching hits whole blocks only
-KV_BLOCK_TOKENS = 16

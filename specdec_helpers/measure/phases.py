@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from specdec_helpers import stats
-from specdec_helpers.engine.serving import KV_BLOCK_TOKENS, VLLMServer
+from specdec_helpers.engine.install import KV_BLOCK_TOKENS
+from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure import metrics
 
 _TOKEN_RANGE = (1000, 30000)  # ordinary vocabulary ids of Llama-style tokenizers (no special tokens)
@@ -85,8 +86,9 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
     """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
     of every n (a slow moment hits all alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
-    if base_tokens % KV_BLOCK_TOKENS:
-        raise ValueError(f"base_tokens must be a multiple of {KV_BLOCK_TOKENS} so the whole prefix is cached")
+    block = KV_BLOCK_TOKENS[server.install.platform]
+    if base_tokens % block:
+        raise ValueError(f"base_tokens must be a multiple of {block} (a KV block here) so the whole prefix is cached")
     if repeats < 3:
         raise ValueError(f"repeats must be at least 3 for a median and an interval, got {repeats}")
     ns = sorted({1, *(int(k) for k in ks)})

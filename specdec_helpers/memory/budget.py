@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from specdec_helpers.engine.install import KV_BLOCK_TOKENS
 from specdec_helpers.memory.catalog import GPUSpec, ModelShape, canonical_dtype, dtype_bytes, gpu_spec, model_shape
 
 __all__ = ["GB", "GIB", "DEFAULT_FIXED_OVERHEAD_GB", "DEFAULT_PREFILL_CHUNK_TOKENS", "DEFAULT_MAX_NUM_SEQS",
@@ -64,7 +65,8 @@ def _as_shapes(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]]) -> list[M
 
 
 def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], kv_space_bytes: float,
-                        block_size: int = 16, kv_dtype: str = "auto", tensor_parallel: int = 1) -> int:
+                        block_size: int = KV_BLOCK_TOKENS["gpu"], kv_dtype: str = "auto",
+                        tensor_parallel: int = 1) -> int:
     """Tokens a KV space holds in whole blocks (``block_size`` tokens of every layer of every model sharing the pool,
     as vLLM v1 cuts it); ``kv_dtype="auto"``: each model's own dtype."""
     if block_size < 1:
@@ -162,7 +164,7 @@ def _suggest_tp(shapes: list[ModelShape], weight_dtype: str, reserve_gb: float, 
 def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[str, GPUSpec] = "H100",
                 gpu_memory_utilization: float = 0.9, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                 context_len: int = 8192, tensor_parallel: int = 1, overhead_gb: float | None = None,
-                block_size: int = 16) -> Budget:
+                block_size: int = KV_BLOCK_TOKENS["gpu"]) -> Budget:
     """Plan one vLLM engine's memory, per GPU, the way vLLM v1 does. Models: a catalog name, hub id, path, config
     dict or :class:`ModelShape`. ``overhead_gb=None`` estimates the reserve (vLLM's logged one reproduces a server).
     Not counted: speculation's extra slots, prefix-cache sharing. :class:`BudgetError` says what to change."""

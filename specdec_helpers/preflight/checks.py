@@ -13,9 +13,8 @@ import psutil
 
 from specdec_helpers import memory
 from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format
-from specdec_helpers.engine.install import vllm_install
+from specdec_helpers.engine.install import KV_BLOCK_TOKENS, vllm_install
 from specdec_helpers.engine.pool import active_pool
-from specdec_helpers.engine.serving import KV_BLOCK_TOKENS
 from specdec_helpers.engine.spec_config import NGRAM
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
@@ -200,7 +199,8 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
     per_token = memory.kv_bytes_per_token(target.shape, served)
     per_token += max((memory.kv_bytes_per_token(s, served) for s in draft_shapes), default=0)
     space, need = cpu_kv_cache_gib * GIB, per_token * max_model_len
-    largest = int(space // per_token) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+    block = KV_BLOCK_TOKENS["cpu"]
+    largest = int(space // per_token) // block * block
     report.add("CPU KV cache: one sequence" + (" (target + draft)" if draft_shapes else ""),
                f"{max_model_len:,} tokens x {per_token / 1024:.0f} KiB = {need / GIB:.2f} GiB",
                f"<= cpu_kv_cache_gib {cpu_kv_cache_gib:g} GiB", need <= space,
@@ -221,7 +221,7 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
                + (f"The largest cpu_kv_cache_gib that fits is {largest_kv:g} (it must still hold max_model_len: "
                   f"{need / GIB:.2f} GiB); or close other programs, " if largest_kv * GIB >= need else
                   "Close other programs, ") + "run fewer servers at once, or use a smaller model pair.", order=45)
-    return largest if largest >= KV_BLOCK_TOKENS else None
+    return largest if largest >= block else None
 
 
 def _check_vocab(report: PreflightReport, target: ResolvedModel, draft: ResolvedModel) -> None:

@@ -138,8 +138,9 @@ def check_03(r: dict, run_dir: Path) -> None:
     assert set(r["kv_tokens_reported"]) == {"target alone", "target + draft"}
     for setup, reported in r["kv_tokens_reported"].items():
         assert reported > 0
-        assert r["kv_tokens_predicted"][setup] == pytest.approx(reported, rel=0.05)  # calculator vs vLLM
-    assert r["kv_prediction_error"] < 0.05
+        # calculator vs vLLM, both in whole CPU blocks of 128 tokens: the same count
+        assert r["kv_tokens_predicted"][setup] == pytest.approx(reported, rel=0.002)
+    assert r["kv_prediction_error"] < 0.002
     # both models' KV share one pool: adding the draft leaves fewer tokens
     assert r["kv_tokens_reported"]["target + draft"] < r["kv_tokens_reported"]["target alone"]
     # ... in the calculator's proportion target / (target + draft): about 88% for the 4-layer student

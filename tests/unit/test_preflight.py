@@ -160,7 +160,10 @@ def test_cpu_kv_cache_too_small_names_largest_max_model_len(target_dir):
     per_token = (2 * config["num_hidden_layers"] * config["num_key_value_heads"]
                  * (config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]) * dtype_bytes)
     space = 0.02 * 2**30
-    largest = int(space // per_token) // 16 * 16
+    from specdec_helpers.engine.install import KV_BLOCK_TOKENS
+
+    block = KV_BLOCK_TOKENS["cpu"]  # vLLM cuts a CPU cache in blocks of 128 tokens
+    largest = int(space // per_token) // block * block
     assert largest < 2048
     with pytest.raises(preflight.PreflightError) as info:
         run(prompts=[[1] * 10], cpu_kv_cache_gib=0.02)
