@@ -8,7 +8,7 @@ float32 elsewhere). The shared baseline server is float32 on every machine; the 
 bf16 (native here or emulated), so both formats are measured on every machine. What no test can
 force is the CPU itself: whether bf16 runs natively (and so how fast either format is, and which
 one ``--dtype auto`` picks) is the machine's; the choice rule is unit-tested with the CPU check
-replaced (tests/test_serving.py).
+replaced (tests/unit/test_server_pool_identity.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The fake streams a fixed answer in chunks with vLLM's continuous usage and serves vLLM-style
 speculative counters on /metrics, so the tests check what the panes show: text arriving in pieces,
 TTFT and tokens/s, acceptance from counter deltas, the speedup line, and the panel's button.
-The real thing in a real browser is tests/test_demo_browser.py.
+The real thing in a real browser is tests/engine/test_demo_browser.py.
 """
 
 from __future__ import annotations
