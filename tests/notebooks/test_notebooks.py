@@ -17,6 +17,13 @@ from tools.profiles import load_profile
 from tools.run_series import execute, execution_order, find_notebooks
 
 
+def _compared_with_the_reference(r: dict) -> None:
+    """cpu-tiny has a reference run (data/reference/), of this CPU class or another: every notebook sets its numbers
+    next to it, row by row."""
+    seen = r["what_you_should_see"]
+    assert seen["status"] == "compared" and seen["rows"] > 0, seen
+
+
 def _missing(x) -> bool:
     """A value recorded as NaN (the record holds None) or still NaN."""
     return x is None or x != x
@@ -55,8 +62,7 @@ def check_00(r: dict, run_dir: Path) -> None:
     assert 0.05 < r["acceptance_rate_draft_t08"] <= 1.0
     assert 1.0 < r["mean_acceptance_length_draft"] <= 5.0
     assert all(v > 0 for v in r["decode_tokens_per_s"].values())
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 def check_01(r: dict, run_dir: Path) -> None:
@@ -127,8 +133,7 @@ def check_02(r: dict, run_dir: Path) -> None:
             assert (rows.groupby("block")["server"].nunique() == 2).all()
             assert rows["block"].is_monotonic_increasing
             assert effect["ram_gib"]["int8"] > 0.2 and effect["ram_gib"][ref] > 0.2
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 def check_03(r: dict, run_dir: Path) -> None:
@@ -148,8 +153,7 @@ def check_03(r: dict, run_dir: Path) -> None:
     assert share["reported"] == pytest.approx(share["calculator"], abs=0.01) and share["calculator"] < 1
     assert r["preflight_passed"] is True
     assert any(pair.startswith("cpu-tiny:") for pair in r["pair_budgets"])  # the profile's own pair is planned
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
     base, spec = r["talk_budget"]["baseline"], r["talk_budget"]["speculative"]
     assert base["usable_gb"] == spec["usable_gb"] == pytest.approx(43.2)  # 96 GB x 0.45
     assert spec["target_weights_gb"] == pytest.approx(16.1, abs=0.1)
@@ -259,8 +263,7 @@ def check_04(r: dict, run_dir: Path) -> None:
     assert same["section_3"] == pytest.approx(by_name[sweep["candidate"]]["measured_decode_speedup"], abs=1e-3)
     assert (run_dir / "figures" / "04_k_sweep.png").exists()
     assert r["preflight_passed"] is True
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 def check_05(r: dict, run_dir: Path) -> None:
@@ -305,8 +308,7 @@ def check_05(r: dict, run_dir: Path) -> None:
     assert all(0.0 <= v <= 1.0 for v in r["zero_accept_step_share"].values())
     assert (run_dir / "figures" / "05_per_request.png").exists()
     assert r["preflight_passed"] is True
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 def check_06(r: dict, run_dir: Path) -> None:
@@ -427,8 +429,7 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert float(went.group(1)) == pytest.approx(draft_ctx[min(draft_ctx)]["end_to_end_speedup"], abs=0.006)
     assert float(went.group(2)) == pytest.approx(draft_ctx[max(draft_ctx)]["end_to_end_speedup"], abs=0.006)
     assert title.replace("Measured: ", "") in takeaways
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 def check_07(r: dict, run_dir: Path) -> None:
@@ -514,8 +515,7 @@ def check_07(r: dict, run_dir: Path) -> None:
     assert "Reasons:" in report and "Is it highly structured?" in report
     assert "## Acceptance per request" in report
     assert "## Per class" in report and "coverage" in report
-    assert r["what_you_should_see"]["status"] in ("compared", "no reference for this profile",
-                                                  "no reference for this notebook")
+    _compared_with_the_reference(r)
 
 
 EXPECTATIONS = {

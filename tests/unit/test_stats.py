@@ -63,13 +63,30 @@ def test_bootstrap_ci_other_stat_and_bad_input():
         bootstrap_ci([])
 
 
-def test_the_copy_bandwidth_reference_uses_every_thread_it_is_given():
-    """02's CPU bandwidth reference splits one copy over one thread per core (decode uses them all)."""
+def test_the_copy_bandwidth_reference_splits_each_copy_over_every_thread(monkeypatch):
+    """02's CPU bandwidth reference splits one copy into one part per thread (decode uses every core): each timed
+    copy moves the whole array once, in ``threads`` non-empty parts, and the rate counts a read and a write."""
+    import threading
+
     from specdec_helpers.measure import phases
 
     for threads in (1, 2, 3):
+        parts, workers, real_copy = [], set(), phases.np.copyto
+
+        def spy(dst, src):
+            parts.append(src.size)
+            workers.add(threading.get_ident())
+            real_copy(dst, src)
+
+        monkeypatch.setattr(phases.np, "copyto", spy)
         gb_s = phases.copy_bandwidth_gb_s(megabytes=8, repeats=2, threads=threads)
-        assert math.isfinite(gb_s) and gb_s > 0.1
+        monkeypatch.setattr(phases.np, "copyto", real_copy)
+        elements = 8 * (1 << 20) // 8
+        copies = [parts[i:i + threads] for i in range(0, len(parts), threads)]
+        assert len(copies) == 3  # the untimed first copy and the two timed ones
+        assert all(len(c) == threads and sum(c) == elements and min(c) > 0 for c in copies), copies
+        assert threading.get_ident() not in workers  # copied by the pool's threads, not the caller
+        assert math.isfinite(gb_s) and gb_s > 0
 
 
 def test_the_verify_cost_interval_is_a_paired_bca_over_whole_rounds():
