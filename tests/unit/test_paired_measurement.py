@@ -113,3 +113,39 @@ def test_a_sandwich_pairs_with_the_mean_of_its_baseline_blocks_and_reports_their
     assert len(joined) == 1 and joined["baseline_e2e_s"].iloc[0] == pytest.approx(4.5)
     assert sandwich_drift(rows) == pytest.approx((40 / 5.0) / (40 / 4.0))  # the baseline decoded 20% slower after
     assert math.isnan(sandwich_drift(pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5))))
+
+
+def test_draft_coverage_counts_steps_with_and_without_a_draft():
+    # 41 tokens: 1 from prefill, 40 decoded. 6 drafted steps yield 1 + 3 accepted = 24 tokens; the other 16 came
+    # one per plain step: f = 6 / (6 + 16)
+    spec = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5, drafts=6, accepted=18)).query("server == 'draft'")
+    assert evaluate.draft_coverage(spec) == pytest.approx(6 / 22)
+    # two requests pool their steps; no drafts at all: coverage 0
+    two = pd.concat([spec, spec.assign(drafts=10, accepted_tokens=30)])
+    assert evaluate.draft_coverage(two) == pytest.approx((6 + 10) / (6 + 16 + 10))
+    assert evaluate.draft_coverage(spec.assign(drafts=0, accepted_tokens=0)) == 0.0
+
+
+def test_summarize_candidate_on_recorded_rows_matches_the_hand_computed_numbers():
+    # eight prompts: spec decode 2.0 s against the baseline's 4.0 s, every step drafted with 3 of 4 accepted
+    # (f = 1); one pair faster than its acceptance allows (decode 0.5 s: 8x > 4 / v_low(5)) is left out
+    rows = [r for i in range(8) for r in _pair(f"p{i}", i, spec_decode_s=2.0)]
+    rows += _pair("p8", 8, spec_decode_s=0.5)
+    summary = evaluate.summarize_candidate("draft", pd.DataFrame(rows), _baseline(), k=K, max_k=8)
+    assert summary["n_flagged"] == 1 and summary["flagged"][0].startswith("p8:")
+    assert summary["n_pairs"] == 8 and summary["coverage"] == 1.0
+    assert summary["acceptance_rate"] == pytest.approx(30 / 40)  # pooled over all nine requests
+    assert summary["mean_acceptance_length"] == pytest.approx(4.0)
+    assert summary["alpha_per_token"] == pytest.approx(theory.alpha_from_mean_acceptance_length(4.0, K))
+    assert summary["measured_decode_speedup"] == pytest.approx(2.0)
+    # end to end: (4.0 + 0.2) / (2.0 + 0.2) for each kept pair, and the same as the ratio of their totals
+    assert summary["measured_speedup"] == pytest.approx(4.2 / 2.2)
+    assert summary["total_time_speedup"] == pytest.approx(4.2 / 2.2)
+    # the in-server c: one speculative step is 0.2 s against the baseline's 0.1 s, so (2.0 - v(5)) / 4
+    c = (2.0 - VERIFY(K + 1)) / K
+    assert summary["c_in_server"] == pytest.approx(c, rel=1e-6) and summary["c"] == pytest.approx(c, rel=1e-6)
+    assert summary["predicted_decode_speedup"] == pytest.approx(
+        theory.predicted_speedup_with_coverage(summary["alpha_per_token"], K, c, VERIFY, 1.0))
+    # a class's summary reads only that class's rows, with the c it is given (not fitted to its own timings)
+    assert evaluate.summarize_candidate("draft", pd.DataFrame(rows), _baseline(), k=K, max_k=8, by_class="creative",
+                                        c=0.1)["n_pairs"] == 0
