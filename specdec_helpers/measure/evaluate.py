@@ -55,8 +55,9 @@ def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int) ->
 
 
 def candidate_server(candidate: str, target_dir: Path, k: int, server_options: dict[str, Any],
-                     prompt_lookup_max: int = 4) -> VLLMServer:
-    """The speculative server of a candidate: ``"ngram"`` (prompt lookup) or a draft model's name."""
+                     prompt_lookup_max: int) -> VLLMServer:
+    """The speculative server of a candidate: ``"ngram"`` (prompt lookup, matching n-grams of at most
+    ``prompt_lookup_max`` tokens: the profile's ``ngram_prompt_lookup_max``) or a draft model's name."""
     config = (ngram_config(k, prompt_lookup_max) if candidate == NGRAM
               else draft_model_config(resolve_model(candidate), k))
     return VLLMServer(target_dir, name=candidate, speculative_config=config, **server_options)
@@ -64,7 +65,7 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
 
 def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, k: int, together: bool,
                       max_tokens: int, repeats: int, temperature: float, provenance: dict,
-                      server_options: dict[str, Any], max_k: int, prompt_lookup_max: int = 4,
+                      server_options: dict[str, Any], max_k: int, prompt_lookup_max: int,
                       ) -> tuple[pd.DataFrame, dict]:
     """The candidate's requests paired with fresh baseline requests (both servers up when ``together``, else a
     sandwich); returns every row (the baseline's too) and :func:`summarize_candidate`."""
