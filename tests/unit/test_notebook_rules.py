@@ -295,3 +295,21 @@ def test_crossover_first_loss_after_a_gain_even_when_noisy():
     cross = find_crossover({1: 1.2, 2: 0.97, 4: 1.01, 8: 0.6})
     assert (cross.level, cross.last_paying) == (2, 1)
     assert isinstance(cross, Crossover)
+
+
+def test_01_builds_the_cost_model_that_theory_reuses():
+    """01 defines E(alpha, k), the speedup and the break-even alpha where its derivation is read; the helpers the
+    later notebooks call (costmodel.theory) must give the same numbers, or one of the two has drifted."""
+    from specdec_helpers.costmodel import theory
+
+    ns = notebook_names("01_how_it_works.ipynb", "expected_tokens_per_pass", "predicted_speedup", "break_even_alpha")
+    for k in (1, 2, 4, 8):
+        for alpha in np.linspace(0, 1, 21):
+            assert ns["expected_tokens_per_pass"](float(alpha), k) == pytest.approx(
+                theory.expected_tokens_per_pass(float(alpha), k))
+            for c, v in ((0.05, 1.0), (0.2, 1.5), (0.4, 1.5), (0.9, 2.0)):
+                assert ns["predicted_speedup"](float(alpha), k, c, v) == pytest.approx(
+                    theory.predicted_speedup(float(alpha), k, c, v))
+        for c, v in ((0.05, 1.0), (0.2, 1.0), (0.2, 1.5), (0.4, 1.5), (0.9, 2.0)):
+            ours, theirs = ns["break_even_alpha"](k, c, v), theory.break_even_alpha(k, c, v)
+            assert (math.isnan(ours) and math.isnan(theirs)) or ours == pytest.approx(theirs, abs=1e-6), (k, c, v)
