@@ -313,3 +313,14 @@ def test_01_builds_the_cost_model_that_theory_reuses():
         for c, v in ((0.05, 1.0), (0.2, 1.0), (0.2, 1.5), (0.4, 1.5), (0.9, 2.0)):
             ours, theirs = ns["break_even_alpha"](k, c, v), theory.break_even_alpha(k, c, v)
             assert (math.isnan(ours) and math.isnan(theirs)) or ours == pytest.approx(theirs, abs=1e-6), (k, c, v)
+
+
+def test_04_defines_coverage_as_the_summaries_compute_it():
+    import pandas as pd
+
+    from specdec_helpers.measure import evaluate
+
+    ns = notebook_names("04_choosing_a_draft.ipynb", "draft_coverage")
+    for drafts, accepted, tokens in [(10, 30, 41), (6, 18, 41), (0, 0, 41), (12, 40, 41), (3, 2, 1)]:
+        rows = pd.DataFrame({"drafts": [drafts, 5], "accepted_tokens": [accepted, 5], "completion_tokens": [tokens, 30]})
+        assert ns["draft_coverage"](rows) == pytest.approx(evaluate.draft_coverage(rows))
