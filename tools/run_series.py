@@ -88,9 +88,18 @@ def notebook_parameters(notebook: Path, params: dict[str, Any], run_dir: Path) -
     return chosen
 
 
+def use_this_clone() -> None:
+    """Kernels and the servers they start import this clone's specdec_helpers, whichever clone the shared
+    environment's editable install points at now (with_env.sh re-points it at every call from another clone)."""
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(REPO_ROOT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, paths)])
+
+
 def execute(notebook: Path, params: dict[str, Any], run_dir: Path, timeout_s: int = 3600) -> NotebookRun:
     import papermill
 
+    use_this_clone()
     out_dir = run_dir / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     run = NotebookRun(name=notebook.stem, output=out_dir / notebook.name)

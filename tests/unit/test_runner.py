@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import nbformat
 import pytest
@@ -160,3 +161,19 @@ def test_make_worth_it_passes_set_through():
     out = subprocess.run(["make", "-n", "worth-it", "PROMPTS=x.jsonl", "SET=prompts_per_class=12"],
                          cwd=runner.REPO_ROOT, capture_output=True, text=True, check=True).stdout
     assert "--set prompts_file=" in out and "--set prompts_per_class=12" in out
+
+
+def test_kernels_import_this_clones_package_whatever_the_shared_environment_points_at(monkeypatch):
+    """Two clones share one environment, whose editable install follows the clone that last called with_env.sh: the
+    run puts its own clone first on PYTHONPATH, for the kernels and every server they start."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    runner.use_this_clone()
+    runner.use_this_clone()  # once is enough
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    assert paths == [str(runner.REPO_ROOT), "/somewhere/else"]
+    found = subprocess.run([sys.executable, "-c", "import specdec_helpers; print(specdec_helpers.__file__)"],
+                           capture_output=True, text=True, check=True, cwd="/", env=dict(os.environ)).stdout
+    assert found.strip().startswith(str(runner.REPO_ROOT))
