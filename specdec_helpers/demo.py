@@ -18,7 +18,7 @@ from specdec_helpers.engine.cpu import core_share, cores_spec, usable_core_ids
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import read_spec_counters
 from specdec_helpers.measure.paired import measure_paired
-from specdec_helpers.measure.requests import measure_request
+from specdec_helpers.measure.requests import decode_rate, measure_request, stream_chat
 
 MAX_TOKENS_LIMIT = 512  # the panel's max-tokens slider stops here (the demo's preflight checks this length)
 
@@ -124,11 +124,11 @@ class LiveAnswer:
         return float("nan") if self.first_token_at is None else self.first_token_at - self.started
 
     @property
-    def decode_tokens_per_s(self) -> float:  # tokens after the first per second since the first (as measure), live
-        if self.first_token_at is None or self.completion_tokens < 2:
+    def decode_tokens_per_s(self) -> float:  # as every measurement's (decode_rate), live while it streams
+        if self.first_token_at is None:
             return float("nan")
-        span = (self.last_token_at if self.done else time.perf_counter()) - self.first_token_at  # both set together
-        return (self.completion_tokens - 1) / span if span > 0 else float("nan")
+        return decode_rate(self.completion_tokens, (self.last_token_at if self.done else time.perf_counter())
+                           - self.first_token_at)
 
     @property
     def e2e_tokens_per_s(self) -> float:  # all tokens per second of the request, prefill included (what users wait for)
@@ -148,28 +148,26 @@ def stream_live(server: VLLMServer, messages: Sequence[dict], *, temperature: fl
                 on_update: Callable[[LiveAnswer], None] = lambda _: None, min_interval_s: float = 0.1) -> LiveAnswer:
     """Stream one chat completion, calling ``on_update`` as tokens arrive (at most every ``min_interval_s``: more would
     flood the browser) and at the end. Token counts are the server's: one speculative chunk can carry several."""
-    answer = LiveAnswer(server=server.name)
+    answer, shown = LiveAnswer(server=server.name), [0.0]
+
+    def seen(piece: str, tokens: int | None, now: float) -> None:
+        if piece:
+            answer.first_token_at = answer.first_token_at or now
+            answer.last_token_at = now
+            answer.text += piece
+        if tokens is not None:
+            answer.completion_tokens = tokens
+        elif piece:  # a server without continuous usage: at least one token per chunk
+            answer.completion_tokens += 1
+        if piece and now - shown[0] >= min_interval_s:
+            shown[0] = now
+            on_update(answer)
+
     try:
         before = read_spec_counters(server.base_url) if server.speculative_config else None
         answer.started = time.perf_counter()
-        stream = server.client().chat.completions.create(
-            model=server.served_model_name, messages=list(messages), max_tokens=max_tokens, temperature=temperature,
-            seed=0, stream=True, extra_body={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
-        shown = 0.0
-        for chunk in stream:
-            now = time.perf_counter()
-            piece = "".join(c.delta.content for c in chunk.choices if c.delta and c.delta.content)
-            if piece:
-                answer.first_token_at = answer.first_token_at or now
-                answer.last_token_at = now
-                answer.text += piece
-            if chunk.usage is not None:
-                answer.completion_tokens = chunk.usage.completion_tokens
-            elif piece:  # a server without continuous usage: at least one token per chunk
-                answer.completion_tokens += 1
-            if piece and now - shown >= min_interval_s:
-                shown = now
-                on_update(answer)
+        stream_chat(server.client(), server.served_model_name, messages, max_tokens=max_tokens,
+                    temperature=temperature, seed=0, on_chunk=seen)
         answer.ended = time.perf_counter()
         if before is not None:
             answer.counters = read_spec_counters(server.base_url) - before

@@ -8,13 +8,19 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
 from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import read_snapshot
+
+
+def decode_rate(tokens: int, seconds: float) -> float:
+    """Decode speed: the tokens after the first (the first comes from prefill) per second of decoding; NaN for one
+    token or no time. Every tokens/s of the series, client's, engine's or the live demo's, is this."""
+    return (tokens - 1) / seconds if tokens >= 2 and seconds > 0 else float("nan")
 
 
 @dataclass
@@ -34,9 +40,8 @@ class StreamResult:
         return self.e2e_s - self.ttft_s
 
     @property
-    def decode_tokens_per_s(self) -> float:  # tokens after the first per second of decoding (NaN for one token)
-        ok = self.completion_tokens >= 2 and self.decode_s > 0
-        return (self.completion_tokens - 1) / self.decode_s if ok else float("nan")
+    def decode_tokens_per_s(self) -> float:
+        return decode_rate(self.completion_tokens, self.decode_s)
 
     @property
     def mean_itl_s(self) -> float:  # decode time spread over the tokens after the first
@@ -44,11 +49,16 @@ class StreamResult:
 
 
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
-                top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None) -> StreamResult:
+                top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None,
+                on_chunk: Callable[[str, int | None, float], None] | None = None) -> StreamResult:
+    """One streamed chat completion, timed on the client. ``on_chunk(text, completion_tokens or None, time)`` sees
+    each chunk as it arrives (the live demo); it then asks vLLM for the token count on every chunk."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-        seed=seed, stream=True, stream_options={"include_usage": True}, extra_body=extra_body or {})
+        seed=seed, stream=True, stream_options={"include_usage": True},
+        extra_body={**({"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if on_chunk
+                       else {}), **(extra_body or {})})
     pieces: list[str] = []
     first = usage = finish_reason = spec_metrics = None
     for chunk in stream:
@@ -57,11 +67,14 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
             usage = chunk.usage
             # vLLM's own field on the final usage chunk: the client keeps it among the unknown fields
             spec_metrics = ((chunk.model_extra or {}).get("metrics") or {}).get("speculative_decoding")
+        piece = "".join(c.delta.content for c in chunk.choices if c.delta and c.delta.content)
+        if piece:
+            pieces.append(piece)
+            first = first or now
         for choice in chunk.choices:
-            if choice.delta and choice.delta.content:
-                pieces.append(choice.delta.content)
-                first = first or now
             finish_reason = choice.finish_reason or finish_reason
+        if on_chunk is not None and (piece or chunk.usage is not None):
+            on_chunk(piece, None if chunk.usage is None else chunk.usage.completion_tokens, now)
     ended = time.perf_counter()
     if usage is None:
         raise RuntimeError("The server sent no usage block; vLLM's OpenAI server should (stream_options).")
@@ -83,8 +96,7 @@ class Measurement:
 
     @property
     def engine_decode_tokens_per_s(self) -> float:
-        n, s = self.result.completion_tokens, self.engine_decode_s
-        return (n - 1) / s if n >= 2 and s > 0 else float("nan")
+        return decode_rate(self.result.completion_tokens, self.engine_decode_s)
 
 
 def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: float = 2.0, cold: bool = True,
