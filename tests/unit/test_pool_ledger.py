@@ -93,3 +93,36 @@ def test_the_reserve_for_other_programs_is_off_by_default_and_counts_their_serve
     monkeypatch.setenv(RESERVE_ENV, "1.5")
     # vLLM servers outside the pool (another pytest worker's) already hold part of what the reserve is for
     assert 0 <= reserve_bytes() <= 1.5 * 2**30
+
+
+def test_making_room_stops_idle_servers_least_used_then_least_recently_used_and_never_a_busy_one(tmp_path):
+    """The pool's eviction order, on real process groups (a stand-in process per server, no vLLM): idle servers go
+    fewest uses first, then the one unused longest; a server a live process holds is never stopped."""
+    import subprocess
+    import sys
+
+    from specdec_helpers.engine.processes import group_alive
+
+    ledger = pool.ServerPool(tmp_path / "ledger", os.getpid())
+    entries = {  # name: (uses, last_used, held by a live process)
+        "often-old": (5, 100.0, False), "once-recent": (1, 300.0, False), "once-old": (1, 200.0, False),
+        "busy": (0, 50.0, True)}
+    procs = []
+    data = {"entries": {}, "events": [], "measurements": {}}
+    for name, (uses, last_used, busy) in entries.items():
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        procs.append(proc)
+        data["entries"][name] = pool.Entry(key=name, name=name, pgid=proc.pid, port=0, log_path="", startup_s=0.0,
+                                           last_used=last_used, uses=uses, users=[os.getpid()] if busy else [])
+    try:
+        with ledger.lock:
+            ledger._write(data)
+        assert ledger.stop_idle() == 3  # every idle server, in the pool's order
+        stopped = [e["name"] for e in ledger.events() if e["event"] == "stop"]
+        assert stopped == ["once-old", "once-recent", "often-old"]  # "busy" stays up
+        assert group_alive(data["entries"]["busy"].pgid)
+        assert not any(group_alive(data["entries"][n].pgid) for n in stopped)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
