@@ -51,8 +51,13 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
 
 
 def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> DraftChoice:
-    """04's recommended draft when this run has one that fits, else the profile's ``profile_draft``."""
-    found, where = find_recommendation(run_dir)
+    """04's recommended draft when this run has one that fits, else the profile's ``profile_draft`` (the rule is
+    notebook 05's, where it is read: :func:`draft_rule`)."""
+    return draft_rule(*find_recommendation(run_dir), profile_draft, target_model)
+
+
+def draft_rule(found: dict[str, Any] | None, where: str, profile_draft: str, target_model: str) -> DraftChoice:
+    """Notebook 05's rule, for 06 to reuse (a test checks the two agree)."""
     if found is None:
         return DraftChoice(profile_draft, False, f"{where}, so this notebook uses the profile's draft "
                                                  f"`{profile_draft}` (run 04 first to test its pick).")

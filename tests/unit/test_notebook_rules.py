@@ -324,3 +324,20 @@ def test_04_defines_coverage_as_the_summaries_compute_it():
     for drafts, accepted, tokens in [(10, 30, 41), (6, 18, 41), (0, 0, 41), (12, 40, 41), (3, 2, 1)]:
         rows = pd.DataFrame({"drafts": [drafts, 5], "accepted_tokens": [accepted, 5], "completion_tokens": [tokens, 30]})
         assert ns["draft_coverage"](rows) == pytest.approx(evaluate.draft_coverage(rows))
+
+
+def test_05_defines_the_draft_rule_that_06_reuses():
+    from specdec_helpers.report import recommendation
+
+    ns = notebook_names("05_structured_vs_creative.ipynb", "draft_rule",
+                        extra={"DraftChoice": recommendation.DraftChoice})
+    cases = [(None, "no recommendation from notebook 04 in runs/x"),
+             ({"candidate": "ngram", "target_model": "t"}, "the executed notebook"),
+             ({"candidate": "d-small", "target_model": "other"}, "the executed notebook"),
+             ({"candidate": "d-small", "target_model": "t"}, "results/04_recommendation.json"),
+             ({"candidate": "d-profile"}, "results/04_recommendation.json")]
+    for found, where in cases:
+        assert ns["draft_rule"](found, where, "d-profile", "t") == recommendation.draft_rule(found, where, "d-profile",
+                                                                                            "t")
+    assert ns["draft_rule"]({"candidate": "d-small", "target_model": "t"}, "x", "d-profile", "t").draft_model == "d-small"
+    assert recommendation.NGRAM == "ngram"  # the notebook's rule names it literally
