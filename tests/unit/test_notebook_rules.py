@@ -101,9 +101,13 @@ def test_07_enable_rule(low, predicted, fits, enable):
 
 
 def test_07_verdict_explains_each_condition_with_the_notebooks_rule():
-    from specdec_helpers.costmodel.verdict import decide
+    from dataclasses import field
 
-    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule")
+    from specdec_helpers.costmodel.verdict import interval_text
+
+    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule", "Verdict", "decide",
+                           extra={"field": field, "interval_text": interval_text})
+    decide = names["decide"]
     best = {"candidate": "draft", "k": 4, "best_k": 4, "measured_speedup": 1.3, "speedup_ci_low": 1.2,
             "speedup_ci_high": 1.4, "acceptance_rate": 0.8, "mean_acceptance_length": 3.0, "c": 0.2,
             "verify_cost_k_plus_1": 1.1, "predicted_decode_speedup": 1.5, "measured_decode_speedup": 1.4,
@@ -114,6 +118,10 @@ def test_07_verdict_explains_each_condition_with_the_notebooks_rule():
     assert yes.enable and not no.enable
     assert "clearly above 1." in yes.reasons[0] and "clearly above 1." in no.reasons[0]
     assert "verification is no longer free" in no.reasons[2]
+    # the k reported is the k measured, yes or no; the cost model's other best k is a reason, not the answer
+    other = decide({**best, "best_k": 2, "predicted_speedup_at_best_k": 1.6}, predicted_at_concurrency=1.01, **common)
+    assert other.k == 4 and any("best num_speculative_tokens here is 2" in r for r in other.reasons)
+    assert "Do not enable" in other.headline() and "Reasons:" in other.as_markdown()
 
 
 @pytest.mark.parametrize("max_k", [8])
