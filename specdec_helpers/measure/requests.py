@@ -56,9 +56,8 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
     started = time.perf_counter()
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-        seed=seed, stream=True, stream_options={"include_usage": True},
-        extra_body={**({"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if on_chunk
-                       else {}), **(extra_body or {})})
+        seed=seed, stream=True, extra_body=extra_body or {},
+        stream_options={"include_usage": True, **({"continuous_usage_stats": True} if on_chunk else {})})
     pieces: list[str] = []
     first = usage = finish_reason = spec_metrics = None
     for chunk in stream:
