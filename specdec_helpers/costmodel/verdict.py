@@ -1,6 +1,6 @@
 """The series' rules from measured numbers to words: a speedup with its interval to "faster", "slower" or no verdict
-(``speedup_reading``, notebook 04 shows it), a point to its side of 1 + min_gain (``decision_side``), and how a
-speedup is written. Notebook 07 writes the verdict and its reasons with them (its ``decide`` cell)."""
+(``speedup_reading``, defined in notebook 04 where it is first used), a point to its side of 1 + min_gain
+(``decision_side``), and how a speedup is written. Notebook 07 writes the verdict and its reasons with them (its ``decide`` cell)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ FASTER, SMALL_GAIN, NOT_DISTINGUISHABLE, SLOWER = ("faster", "faster, but by les
 
 def speedup_reading(point: float, low: float, high: float, n: int, min_gain: float = MIN_GAIN) -> str:
     """The series' one rule from a measured speedup (the median over n prompts, with its 95% interval) to words.
-    Notebook 04 shows it; 05 and 07 apply it. Only FASTER means "enable it".
+    Notebook 04 defines it (a test runs both); 05 and 07 apply it. Only FASTER means "enable it".
 
     - no interval (fewer than ``stats.MIN_VALUES_FOR_INTERVAL`` prompts): no verdict, only the range;
     - the whole interval above 1 + min_gain: FASTER;

@@ -9,8 +9,7 @@ its pid) for every kernel; a ``VLLMServer`` started in it asks the ledger:
 - else one starts, after stopping idle servers (least used, then least recently used) until it fits;
 - leaving the ``with`` block hands it back; the owner stops every server at the end, after a failure and on
   Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner dying, even by SIGKILL;
-- a notebook's own servers (``shared=False``) count among the run's starts; a measurement of one server
-  configuration (the draft's decode step) is kept (:meth:`ServerPool.remember`) for later notebooks.
+- a notebook's own servers (``shared=False``) count among the run's starts.
 
 Without a pool (a notebook opened in JupyterLab), every server is the notebook's own.
 """
@@ -115,14 +114,14 @@ class ServerPool:
 
     def _read(self) -> dict[str, Any]:
         if not self.path.exists():
-            return {"entries": {}, "events": [], "measurements": {}}
+            return {"entries": {}, "events": []}
         data = json.loads(self.path.read_text())
         known = {f.name for f in fields(Entry)}  # a ledger written by another version of this module still reads
         data["entries"] = {k: Entry(**{n: x for n, x in v.items() if n in known}) for k, v in data["entries"].items()}
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        out = {"measurements": {}, **data, "entries": {k: asdict(e) for k, e in data["entries"].items()}}
+        out = {**data, "entries": {k: asdict(e) for k, e in data["entries"].items()}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(self.path)
@@ -166,19 +165,6 @@ class ServerPool:
                           log_path=str(server.log_path), startup_s=round(server.startup_s or 0.0, 1))
             self._event(data, "start-own", entry)
             self._write(data)
-
-    def remember(self, key: str, value: dict[str, Any]) -> None:
-        """Keep ``value`` (JSON) for the rest of the run under ``key``, with the notebook that measured it."""
-        with self.lock:
-            data = self._read()
-            data.setdefault("measurements", {})[key] = {**value, "notebook": os.environ.get(NOTEBOOK_ENV, ""),
-                                                        "time": round(time.time(), 1)}
-            self._write(data)
-
-    def recall(self, key: str) -> dict[str, Any] | None:
-        """What an earlier notebook of this run measured under ``key`` (None when nothing was)."""
-        with self.lock:
-            return self._read().get("measurements", {}).get(key)
 
     def release(self, key: str) -> None:
         """Hand a server back: it stays up for the next notebook."""
@@ -284,17 +270,4 @@ def make_room(nbytes: int) -> int:
     """Inside ``make run``: stop idle shared servers until ``nbytes`` are free; outside it there are none."""
     pool = active_pool()
     return pool.make_room(int(nbytes)) if pool else 0
-
-
-def remember(key: str, value: dict[str, Any]) -> None:
-    """Inside ``make run``: keep a measurement for the run's later notebooks (see ServerPool.remember)."""
-    pool = active_pool()
-    if pool:
-        pool.remember(key, value)
-
-
-def recall(key: str) -> dict[str, Any] | None:
-    """Inside ``make run``: what an earlier notebook measured under ``key``; None outside it or when none did."""
-    pool = active_pool()
-    return pool.recall(key) if pool else None
 

@@ -21,7 +21,7 @@ from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
 from specdec_helpers.models.resolve import resolve_model
-from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci, bootstrap_ratio_ci
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ratio_ci
 
 
 @dataclass
@@ -84,28 +84,12 @@ def decode_step_seconds(server: VLLMServer) -> float:
     return float(phases.itl_by_position(server, **STEP_METHOD)["itl_s"].median())
 
 
-@dataclass
-class DraftStep:
-    step_s: float
-    source: str  # "measured here" or which notebook of this run measured it
-
-
-def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> DraftStep:
+def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> float:
     """The draft model's decode step, served alone (c's numerator as the papers time it: a separate model with its own
-    per-step overhead). Inside ``make run`` it is measured once, and later notebooks read it instead of starting that
-    server again."""
-    from specdec_helpers.engine.pool import recall, remember
-
-    server = VLLMServer(draft_dir, name="draft-alone", **server_options)
-    key = f"draft-step:{server.pool_key()}:{STEP_METHOD['output_tokens']}x{STEP_METHOD['repeats']}"
-    earlier = recall(key)
-    if earlier is not None:
-        return DraftStep(earlier["step_s"], f"measured by {earlier['notebook']} earlier in this run")
-    with server:
+    per-step overhead)."""
+    with VLLMServer(draft_dir, name="draft-alone", **server_options) as server:
         warm_up(server)
-        step_s = decode_step_seconds(server)
-    remember(key, {"step_s": step_s})
-    return DraftStep(step_s, "measured here")
+        return decode_step_seconds(server)
 
 
 def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
@@ -163,7 +147,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     c = c_in_server if c is None else c
     c_model = max(c, 0.0) if np.isfinite(c) else math.nan  # below 0 is noise around free drafting: the model's c >= 0
     ratios = kept["speedup"].dropna()
-    point, lo, hi = bootstrap_ci(ratios, np.median, min_n=MIN_VALUES_FOR_INTERVAL) if len(ratios) else (math.nan,) * 3
+    point, lo, hi = analysis.paired_speedup(ratios)
 
     def stat(values: pd.Series, how: str) -> float:  # NaN for no values
         return float(getattr(values.dropna(), how)()) if values.notna().any() else math.nan
@@ -211,7 +195,7 @@ def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int]
                          for k in ks])
 
 
-def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: dict[str, Any]) -> dict[str, DraftStep]:
+def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: dict[str, Any]) -> dict[str, float]:
     """:func:`draft_step_seconds` for each draft model that is not the target itself (a self-draft has c = 1)."""
     return {name: draft_step_seconds(path, server_options) for name, path in draft_dirs.items()
             if Path(path).resolve() != Path(target_dir).resolve()}

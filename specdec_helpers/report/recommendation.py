@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec_helpers.engine.spec_config import NGRAM
-from specdec_helpers.report.record import read_records
+from specdec_helpers.report.record import run_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
-FILE_NAME = "04_recommendation.json"
 
 
 @dataclass(frozen=True)
@@ -23,31 +21,12 @@ class DraftChoice:
     reason: str
 
 
-def save_recommendation(run_dir: str | Path, recommendation: dict[str, Any]) -> Path:
-    """Write 04's recommendation (with its ``target_model``) as JSON in the run's results folder."""
-    if "candidate" not in recommendation or "target_model" not in recommendation:
-        raise ValueError("a recommendation needs at least 'candidate' and 'target_model'")
-    path = Path(run_dir) / "results" / FILE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(recommendation, indent=1) + "\n")
-    return path
-
-
 def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
-    """``(recommendation, where it came from)``, or ``(None, what was looked at)``."""
-    run_dir = Path(run_dir)
-    executed = run_dir / "notebooks" / f"{NOTEBOOK_STEM}.ipynb"
-    saved = run_dir / "results" / FILE_NAME
-    for path, read, where in (
-            (executed, lambda p: read_records(p).get("recommendation"), f"the executed notebook {executed.name}"),
-            (saved, lambda p: json.loads(p.read_text()), str(saved.relative_to(run_dir)))):
-        try:
-            found = read(path) if path.is_file() else None
-        except (OSError, ValueError, KeyError):
-            found = None
-        if isinstance(found, dict) and found.get("candidate"):
-            return found, f"{where} in this run folder"
-    return None, f"no recommendation from notebook 04 in {run_dir}"
+    """``(recommendation, where it came from)``: what notebook 04 recorded in this run, or ``(None, why not)``."""
+    found = run_records(run_dir, NOTEBOOK_STEM).get("recommendation")
+    if isinstance(found, dict) and found.get("candidate"):
+        return found, f"recorded by notebook 04 in this run ({Path(run_dir).name})"
+    return None, f"no recommendation recorded by notebook 04 in {run_dir}"
 
 
 def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> DraftChoice:

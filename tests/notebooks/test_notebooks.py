@@ -218,9 +218,10 @@ def check_04(r: dict, run_dir: Path) -> None:
     rec = r["recommendation"]
     assert rec["reading"].startswith("no verdict") and rec["worth_it"] is False  # 2 prompts: the rule says so
     assert 0 <= r["recommendation"]["num_speculative_tokens"] <= 8
-    # handed to 05/06 through the run folder, with the target it was measured for
+    # handed to 05/06 through the run's records, with the target it was measured for
     assert r["recommendation"]["target_model"] == "smollm2-135m-instruct"
-    assert (run_dir / "results" / "04_recommendation.json").is_file()
+    from specdec_helpers.report.record import run_records
+    assert run_records(run_dir, "04_choosing_a_draft")["recommendation"] == r["recommendation"]
     # vLLM's acceptance rate is converted, not used as alpha: E(alpha, k) reproduces the mean acceptance length
     from specdec_helpers.costmodel import theory
     for row in r["alpha_conversion"]:
@@ -325,7 +326,7 @@ def check_06(r: dict, run_dir: Path) -> None:
         assert long["prefill_share"] > short["prefill_share"]  # prefill grows with the prompt
         assert all(v["decode_speedup"] > 0 and v["end_to_end_speedup"] > 0 for v in ctx.values())
     assert all(0.0 <= v["coverage"] <= 1.0 for v in r["ngram_context_speedups"].values())
-    assert "no recommendation from notebook 04" in r["draft_source"]  # the test runs 06 alone: says why
+    assert "no recommendation recorded by notebook 04" in r["draft_source"]  # the test runs 06 alone: says why
     up = r["servers_up_at_once"]
     assert r["servers_together"] == (up >= 2)
     assert r["comparison_design"].startswith({3: "the baseline and both speculative servers up at once",
@@ -415,6 +416,9 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert r["schedule_zero_k"] == "not asked" or 0 in schedule.values() or r["schedule_zero_k"].startswith("refused")
     top = r["schedule_vs_static_at_highest"]
     assert top["concurrency"] == max(levels) and top["static"] == pytest.approx(levels[max(levels)], abs=1e-3)
+    rows = {row["concurrency"]: row for row in r["schedule_vs_static"]}  # what 07 reads from this run's records
+    assert sorted(rows) == sorted(levels) and rows[max(levels)]["schedule_throughput_speedup"] == pytest.approx(
+        top["schedule"], abs=1e-3)
     # which is faster is the measurement's to show (three rounds of sub-second requests on cpu-tiny scatter by 2x):
     # the test checks that the sentence reports the recorded, paired numbers
     sched_levels = {int(b): v for b, v in r["schedule_throughput_speedup_by_concurrency"].items()}

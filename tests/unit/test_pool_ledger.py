@@ -1,5 +1,4 @@
-"""The run's ledger beyond servers: every start counted (a notebook's own too), measurements kept for the
-run's later notebooks, and the order ``make run`` executes notebooks in (no server starts here)."""
+"""The run's ledger beyond servers: every start counted (a notebook's own too), and the order ``make run`` executes notebooks in (no server starts here)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import nbformat
 
 from specdec_helpers.engine import pool
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure import evaluate
 from tools.run_series import NOTEBOOKS_DIR, execution_order, find_notebooks, uses_shared_servers
 
 
@@ -33,42 +31,6 @@ def test_own_starts_count_among_the_runs_starts(tmp_path, monkeypatch):
     assert (summary["starts"], summary["shared_starts"], summary["own_starts"]) == (1, 0, 1)
     assert summary["per_notebook"] == {"01_how_it_works": {"start": 0, "own": 1, "reuse": 0}}
     assert not ledger.running()  # counted, not tracked: the notebook stops its own server
-
-
-def test_a_measurement_is_kept_for_the_run_with_the_notebook_that_made_it(tmp_path, monkeypatch):
-    ledger = pool.ServerPool(tmp_path / "pool", os.getpid())
-    monkeypatch.setenv(pool.POOL_ENV, str(ledger.folder))
-    monkeypatch.setenv(pool.OWNER_ENV, str(os.getpid()))
-    monkeypatch.setenv(pool.NOTEBOOK_ENV, "04_choosing_a_draft")
-    assert pool.recall("draft-step:x") is None
-    pool.remember("draft-step:x", {"step_s": 0.05})
-    assert pool.recall("draft-step:x") == {"step_s": 0.05, "notebook": "04_choosing_a_draft",
-                                           "time": pool.recall("draft-step:x")["time"]}
-    assert ledger.summary()["starts"] == 0
-
-
-def test_no_measurement_is_kept_outside_a_run(monkeypatch):
-    monkeypatch.delenv(pool.POOL_ENV, raising=False)
-    pool.remember("draft-step:y", {"step_s": 1.0})
-    assert pool.recall("draft-step:y") is None
-
-
-def test_a_later_notebook_reads_the_drafts_step_instead_of_starting_its_server(tmp_path, monkeypatch):
-    draft, target = _model(tmp_path, "draft"), _model(tmp_path, "target")
-    ledger = pool.ServerPool(tmp_path / "pool", os.getpid())
-    monkeypatch.setenv(pool.POOL_ENV, str(ledger.folder))
-    monkeypatch.setenv(pool.OWNER_ENV, str(os.getpid()))
-    options = {"log_dir": tmp_path, "max_model_len": 512, "cpu_kv_cache_gib": 0.25, "startup_timeout_s": 1}
-    key = VLLMServer(draft, name="draft-alone", **options).pool_key()
-    monkeypatch.setenv(pool.NOTEBOOK_ENV, "04_choosing_a_draft")
-    ledger.remember(f"draft-step:{key}:32x2", {"step_s": 0.042})
-    monkeypatch.setenv(pool.NOTEBOOK_ENV, "06_context_and_concurrency")
-    # a dummy checkpoint that no engine could serve: reaching a start would fail within a second
-    steps = evaluate.draft_steps({"draft": draft, "self": target}, target, options)
-    assert set(steps) == {"draft"}  # the target drafting for itself has c = 1: nothing to time
-    assert steps["draft"].step_s == 0.042 and "04_choosing_a_draft" in steps["draft"].source
-    # another configuration (here another KV size) is another measurement
-    assert pool.recall(f"draft-step:{VLLMServer(draft, name='draft-alone', **(options | {'cpu_kv_cache_gib': 0.5})).pool_key()}:32x2") is None
 
 
 def test_notebooks_with_only_servers_of_their_own_run_first_and_say_so_in_their_metadata():
@@ -108,7 +70,7 @@ def test_making_room_stops_idle_servers_least_used_then_least_recently_used_and_
         "often-old": (5, 100.0, False), "once-recent": (1, 300.0, False), "once-old": (1, 200.0, False),
         "busy": (0, 50.0, True)}
     procs = []
-    data = {"entries": {}, "events": [], "measurements": {}}
+    data = {"entries": {}, "events": []}
     for name, (uses, last_used, busy) in entries.items():
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
         procs.append(proc)

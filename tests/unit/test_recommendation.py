@@ -1,11 +1,19 @@
-"""Unit tests for report.recommendation, the 04 -> 05 hand-off (no servers, no models)."""
+"""The 04 -> 05/06 hand-off through the run's records (report.record, report.recommendation): no servers."""
 
 from __future__ import annotations
+
+import json
 
 import nbformat
 import pytest
 
 from specdec_helpers.report import recommendation
+from specdec_helpers.report.record import keep_records_in, record, records_file, run_records
+
+
+def _record_as_04(run_dir, value):
+    keep_records_in(run_dir, "04_choosing_a_draft")
+    record("recommendation", value)
 
 
 def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):
@@ -14,8 +22,8 @@ def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):
     assert "profile's draft" in choice.reason
 
 
-def test_choose_draft_uses_a_saved_draft_model_recommendation(tmp_path):
-    recommendation.save_recommendation(tmp_path, {"candidate": "draft-b", "target_model": "target"})
+def test_choose_draft_uses_a_recorded_draft_model_recommendation(tmp_path):
+    _record_as_04(tmp_path, {"candidate": "draft-b", "target_model": "target"})
     choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-b" and choice.from_recommendation
     assert "instead of the profile's" in choice.reason
@@ -24,13 +32,22 @@ def test_choose_draft_uses_a_saved_draft_model_recommendation(tmp_path):
 @pytest.mark.parametrize("saved, why", [({"candidate": "ngram", "target_model": "target"}, "n-gram"),
                                         ({"candidate": "draft-b", "target_model": "other"}, "measured for target")])
 def test_choose_draft_ignores_ngram_and_other_targets(tmp_path, saved, why):
-    recommendation.save_recommendation(tmp_path, saved)
+    _record_as_04(tmp_path, saved)
     choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-a" and not choice.from_recommendation and why in choice.reason
 
 
-def test_executed_notebook_wins_over_the_saved_file(tmp_path):
-    recommendation.save_recommendation(tmp_path, {"candidate": "draft-b", "target_model": "target"})
+def test_records_file_holds_every_record_and_starts_empty_when_the_notebook_runs_again(tmp_path):
+    keep_records_in(tmp_path, "04_choosing_a_draft")
+    record("k_sweep", {"best_k_measured": {"structured": 4}})
+    record("recommendation", {"candidate": "draft-b", "target_model": "t"})
+    data = json.loads(records_file(tmp_path, "04_choosing_a_draft").read_text())
+    assert data["notebook"] == "04_choosing_a_draft" and set(data["records"]) == {"k_sweep", "recommendation"}
+    keep_records_in(tmp_path, "04_choosing_a_draft")  # run again: nothing stale survives
+    assert run_records(tmp_path, "04_choosing_a_draft") == {}
+
+
+def test_an_executed_notebook_is_read_when_there_is_no_records_file(tmp_path):
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("")
     cell.outputs = [nbformat.v4.new_output("display_data", data={
@@ -40,10 +57,12 @@ def test_executed_notebook_wins_over_the_saved_file(tmp_path):
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nb, tmp_path / "notebooks" / "04_choosing_a_draft.ipynb")
     choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
-    assert choice.draft_model == "draft-c" and "executed notebook" in choice.reason
+    assert choice.draft_model == "draft-c" and "recorded by notebook 04" in choice.reason
 
 
-def test_save_recommendation_needs_candidate_and_target(tmp_path):
-    with pytest.raises(ValueError):
-        recommendation.save_recommendation(tmp_path, {"candidate": "x"})
-
+def test_a_damaged_records_file_names_itself(tmp_path):
+    path = records_file(tmp_path, "04_choosing_a_draft")
+    path.parent.mkdir()
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="04_choosing_a_draft.json.*run 04_choosing_a_draft again"):
+        run_records(tmp_path, "04_choosing_a_draft")
