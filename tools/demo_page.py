@@ -163,18 +163,13 @@ def memory_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str 
     to the page's own preflight, which shows them in place."""
     from specdec_helpers.demo import MAX_TOKENS_LIMIT
     from specdec_helpers.measure.prompts import load_prompt_sets
-    from specdec_helpers.preflight import PreflightError, check_run
+    from specdec_helpers.preflight import PreflightError, RunSettings
 
     params = load_profile(profile, smoke=smoke)
     params.update(overrides)
     try:
-        check_run(profile=profile, target_model=params["target_model"], draft_model=params.get("draft_model"),
-                  prompts=load_prompt_sets(["structured", "creative"]), max_tokens=MAX_TOKENS_LIMIT,
-                  max_model_len=params["max_model_len"], servers=2,
-                  gpu_memory_utilization=params.get("gpu_memory_utilization", 0.45),
-                  cpu_kv_cache_gib=params.get("cpu_kv_cache_gib", 1),
-                  chat_template_kwargs=params.get("chat_template_kwargs") or None,
-                  served_format=params.get("served_format", "auto"))
+        RunSettings.from_parameters({"profile": profile, **params}).check(
+            load_prompt_sets(["structured", "creative"]), MAX_TOKENS_LIMIT, servers=2)
     except PreflightError as exc:
         if not re.search(r"\bRAM\b", str(exc)):
             return None

@@ -68,7 +68,8 @@ def check_profile(name: str, smoke: bool = False, overrides: dict[str, Any] | No
                       requests=profile_requests(params), max_model_len=int(params["max_model_len"]), servers=servers,
                       gpu_memory_utilization=float(params.get("gpu_memory_utilization", 0.45)),
                       cpu_kv_cache_gib=float(params.get("cpu_kv_cache_gib", 1)), gpu_name=params.get("gpu_name"),
-                      chat_template_kwargs=params.get("chat_template_kwargs") or None)
+                      chat_template_kwargs=params.get("chat_template_kwargs") or None,
+                      served_format=str(params.get("served_format", "auto")))
 
 
 def main(argv: list[str] | None = None) -> int:

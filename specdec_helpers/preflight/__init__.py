@@ -3,5 +3,7 @@ A run that does not fit fails late and far from its cause. Free RAM: ``checks.av
 
 from specdec_helpers.preflight.checks import Request, check_run, resolve, run_checks
 from specdec_helpers.preflight.report import PreflightError, PreflightReport
+from specdec_helpers.preflight.settings import RunSettings, planned_gpu
 
-__all__ = ["PreflightError", "PreflightReport", "Request", "check_run", "resolve", "run_checks"]
+__all__ = ["PreflightError", "PreflightReport", "Request", "RunSettings", "check_run", "planned_gpu", "resolve",
+           "run_checks"]

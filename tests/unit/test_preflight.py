@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -323,3 +324,21 @@ def test_make_demo_without_a_profile_falls_back_to_the_small_pair_and_says_why(m
     assert profile == "cpu-coder" and refusal and "CPU RAM" in refusal
     monkeypatch.setattr(checks, "available_ram_bytes", lambda: 64 * 2**30)
     assert demo_page.choose_profile(None, False, {}) == ("cpu-coder", None)
+
+
+@pytest.mark.parametrize("forced, stored", [("float32", "float32"), ("int8", "int8")])
+def test_make_preflight_plans_the_served_format_it_is_asked_for(capsys, forced, stored):
+    """``make preflight SET="served_format=..."``: the RAM row plans the weights in the format the servers will get
+    (float32 is twice bf16 and four times int8's layers), not the one ``auto`` would pick."""
+    preflight_cli.main(["--profile", "cpu-tiny", "--smoke", "--set", f"served_format={forced}"])
+    forced_out = capsys.readouterr().out
+    ram = next(line for line in forced_out.splitlines() if "CPU RAM" in line)
+    assert f"weights ({stored})" in ram, ram
+    report = preflight_cli.check_profile("cpu-tiny", smoke=True, overrides={"served_format": forced})
+    other = preflight_cli.check_profile("cpu-tiny", smoke=True,
+                                        overrides={"served_format": "int8" if forced == "float32" else "float32"})
+
+    def weights_gib(rep):
+        value = next(r["value"] for r in rep.rows() if r["check"].startswith("CPU RAM"))
+        return float(re.search(r"x [\d.]+ ([\d.]+) \+ KV", value).group(1))
+    assert (weights_gib(report) > weights_gib(other)) == (forced == "float32")
