@@ -25,6 +25,7 @@ from specdec_helpers.report import provenance
 from tools import preflight as preflight_cli
 
 TARGET = "smollm2-135m-instruct"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LLAMA_8B, LLAMA_1B = "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"
 REAL_VISIBLE_GPU = provenance.visible_gpu
 
@@ -342,3 +343,33 @@ def test_make_preflight_plans_the_served_format_it_is_asked_for(capsys, forced, 
         value = next(r["value"] for r in rep.rows() if r["check"].startswith("CPU RAM"))
         return float(re.search(r"\) ([\d.]+) \+ KV", value).group(1))
     assert (weights_gib(report) > weights_gib(other)) == (forced == "float32")
+
+
+# Every notebook parameter that sizes a request is either checked by `make preflight` (tools.preflight's
+# profile_requests) or named here with why the preflight need not check it: a new one fails the test below.
+SIZES_CHECKED = {"max_tokens": 100_000, "prompt_lengths": [100_000], "context_lengths": [100_000],
+                 "context_answer_tokens": 100_000, "verify_ks": [100_000]}
+SIZES_NOT_SENT = {
+    "num_speculative_tokens": "drafts live in the KV cache planned for max_model_len; no prompt grows with k",
+    "repeats": "the same requests again",
+    "request_shapes": "02 predicts these shapes from its measured phases; it sends none",
+    "concurrency_levels": "06's load test sends the structured prompts with max_tokens, which are checked",
+    "requests_per_stream": "as concurrency_levels",
+    "context_tokens": "07's memory plan for a GPU, not a request",
+    "loop_prompts_per_class": "01 sends a subset of the prompt sets (checked), one server at a time",
+    "loop_max_tokens": "01's answers, at most max_tokens (asserted below)",
+}
+
+
+def test_the_preflight_checks_every_request_size_the_notebooks_take():
+    import papermill
+
+    size = re.compile(r"tokens|length|_ks$|shapes|levels|per_stream|repeats|per_class")
+    taken = {name: spec for nb in sorted(NOTEBOOKS.glob("*.ipynb"))
+             for name, spec in papermill.inspect_notebook(str(nb)).items() if size.search(name)}
+    unclassified = set(taken) - set(SIZES_CHECKED) - set(SIZES_NOT_SENT) - {"prompts_per_class"}
+    assert not unclassified, f"size parameters neither checked by make preflight nor explained: {unclassified}"
+    assert eval(taken["loop_max_tokens"]["default"]) <= eval(taken["max_tokens"]["default"])
+    for name, too_big in SIZES_CHECKED.items():  # each one reaches the checks: too big is refused, by name
+        report = preflight_cli.check_profile("cpu-tiny", smoke=True, overrides={name: too_big})
+        assert not report.ok, f"make preflight SET={name}=... was not checked"
