@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -96,6 +98,29 @@ def use_this_clone() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, paths)])
 
 
+_KERNEL_FOLDERS: list[Path] = []
+
+
+def kernel_manager_class() -> type:
+    """Kernels on Unix domain sockets in a private folder instead of TCP ports on loopback, where a POSIX system has
+    them: only this user can reach such a kernel, and ipykernel has no warning about unencrypted TCP to print (a
+    warning a user could not act on). Elsewhere jupyter_client's default (TCP on loopback)."""
+    from jupyter_client import AsyncKernelManager
+
+    if os.name != "posix":
+        return AsyncKernelManager
+
+    class PrivateSocketKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.transport = "ipc"  # socket files <ip>-<port>: a short path (a socket path has ~100 bytes at most)
+            folder = Path(tempfile.mkdtemp(prefix="specdec-kernel-"))
+            _KERNEL_FOLDERS.append(folder)  # removed by execute() once the notebook has run
+            self.ip = str(folder / "ipc")
+
+    return PrivateSocketKernelManager
+
+
 def execute(notebook: Path, params: dict[str, Any], run_dir: Path, timeout_s: int = 3600) -> NotebookRun:
     import papermill
 
@@ -108,11 +133,14 @@ def execute(notebook: Path, params: dict[str, Any], run_dir: Path, timeout_s: in
         papermill.execute_notebook(
             str(notebook), str(run.output), parameters=notebook_parameters(notebook, params, run_dir),
             kernel_name="python3", cwd=str(NOTEBOOKS_DIR), execution_timeout=timeout_s,
-            progress_bar=False, log_output=False,
+            progress_bar=False, log_output=False, kernel_manager_class=kernel_manager_class(),
         )
     except Exception as exc:  # papermill saves the notebook up to the failing cell
         run.ok = False
         run.error = f"{type(exc).__name__}: {exc}"[-2000:]
+    finally:
+        while _KERNEL_FOLDERS:
+            shutil.rmtree(_KERNEL_FOLDERS.pop(), ignore_errors=True)
     run.seconds = time.perf_counter() - started
     if run.output.exists():
         run.records = read_records(run.output)

@@ -35,10 +35,11 @@ class Baseline:
     verify_low: theory.VerifyCost  # the intervals' lower ends: the physics guard gives verification the doubt
 
 
-def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int) -> Baseline:
-    """On the running baseline ``server``: its decode step and v(n) for every n of ``verify_ks`` and for n = k + 1,
-    the pass that checks k drafts (measured, not interpolated: the guard and c divide by it)."""
-    step_s = decode_step_seconds(server)
+def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, time_step: bool = True) -> Baseline:
+    """On the running baseline ``server``: its decode step (``time_step``: c's denominator; the physics guard alone
+    does not need it) and v(n) for every n of ``verify_ks`` and for n = k + 1, the pass that checks k drafts
+    (measured, not interpolated: the guard and c divide by it)."""
+    step_s = decode_step_seconds(server) if time_step else math.nan
     ks = sorted({*map(int, verify_ks), int(k) + 1})
     for attempt in (1, 2, 3):  # a burst of other work can make a pass look cheaper than nothing: measure again
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=ks))

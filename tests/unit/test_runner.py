@@ -42,6 +42,19 @@ def test_execute_passes_declared_parameters_and_reads_records(tiny_notebook, tmp
     assert (run_dir / "results" / "tiny.csv").exists()
 
 
+def test_kernels_listen_on_private_sockets_so_the_console_has_no_transport_warning(tiny_notebook, tmp_path, capfd):
+    import glob
+    import tempfile
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "specdec-kernel-*")))
+    run = runner.execute(tiny_notebook, {"profile": "cpu-tiny"}, tmp_path / "run")
+    assert run.ok, run.error
+    console = capfd.readouterr()
+    assert "eavesdropping" not in console.err + console.out  # ipykernel's warning for kernels on plain TCP
+    assert issubclass(runner.kernel_manager_class(), __import__("jupyter_client").AsyncKernelManager)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "specdec-kernel-*"))) <= before  # sockets removed
+
+
 def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
     code = runner.main(["--profile", "cpu-tiny", "--smoke", "--out", str(tmp_path / "runs")])
     assert code == 0
