@@ -34,6 +34,7 @@ from specdec_helpers.engine.install import check_python, vllm_install
 from specdec_helpers.engine.pool import active_pool, server_key
 from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.engine.processes import group_ram_bytes
+from specdec_helpers.engine.spec_config import MODEL_FREE_METHODS
 from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
 __all__ = ["HOST", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
@@ -70,6 +71,7 @@ class VLLMServer:
     seed: int = 0
     extra_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. {"LD_PRELOAD": ...} (README)
+    python_path: list[str] = field(default_factory=list)  # folders first on PYTHONPATH: a custom proposer's module
     chat_template_kwargs: dict[str, Any] | None = None
     shared: bool = True  # inside `make run`: use the run's server of this configuration (engine.pool)
 
@@ -98,8 +100,9 @@ class VLLMServer:
                               "quantized checkpoint instead (its folder or hub id as the model).")
 
     @property
-    def draft(self) -> str | None:  # the draft model's folder, when speculating with one
-        return (self.speculative_config or {}).get("model")
+    def draft(self) -> str | None:  # the draft model's folder, when speculating with one (not a proposer class)
+        config = self.speculative_config or {}
+        return None if config.get("method") in MODEL_FREE_METHODS else config.get("model")
 
     @property
     def on_cpu(self) -> bool:
@@ -185,6 +188,9 @@ class VLLMServer:
                **POOLED_ENV}  # dev mode: POST /reset_prefix_cache (a server listens on 127.0.0.1 only)
         if self.temp_dir is not None:
             env["TMPDIR"] = str(self.temp_dir)
+        if self.python_path:
+            inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+            env["PYTHONPATH"] = os.pathsep.join([*map(_absolute, self.python_path), *inherited])
         if self.on_cpu:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
             bind = self.cpu_threads_bind

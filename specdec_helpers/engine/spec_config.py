@@ -1,5 +1,6 @@
-"""vLLM's ``--speculative-config`` for the two kinds of speculation measured, n-gram lookup and a draft model: one
-builder each, so the same setup is the same command line in every notebook (the run's pool shares by it)."""
+"""vLLM's ``--speculative-config`` for the kinds of speculation measured (n-gram lookup, a draft model, a proposer
+class vLLM imports): one builder each, so the same setup is the same command line in every notebook (the run's
+pool shares by it)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,30 @@ from typing import Any
 
 #: the candidate name of n-gram lookup (speculation without a draft model) in profiles and tables
 NGRAM = "ngram"
+#: proposer classes measured as candidates, by the name profiles and tables use: what vLLM imports (custom_class)
+PROPOSERS = {"traffic": "specdec_helpers.proposers.traffic.TrafficProposer"}
+#: methods whose ``model`` is not a model folder (a class path, or nothing)
+MODEL_FREE_METHODS = (NGRAM, "custom_class", "suffix")
 
 
 def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
     """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
     return {"method": NGRAM, "num_speculative_tokens": num_speculative_tokens,
             "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": 2}
+
+
+def is_lookup(candidate: str) -> bool:
+    """n-gram lookup or one of the series' proposer classes: drafts found in text, no draft model (c near 0, and a
+    draft only on the steps where a match exists: coverage f < 1)."""
+    return candidate == NGRAM or candidate in PROPOSERS
+
+
+def custom_config(class_path: str, num_speculative_tokens: int = 4) -> dict[str, Any]:
+    """A proposer class vLLM imports by its dotted path (``method: "custom_class"``; its module's folder must be on
+    the server's PYTHONPATH: ``VLLMServer.python_path``)."""
+    if "." not in class_path or "/" in class_path:
+        raise ValueError(f"{class_path!r}: give the class as module.Class, importable on the server's PYTHONPATH")
+    return {"method": "custom_class", "model": class_path, "num_speculative_tokens": num_speculative_tokens}
 
 
 def draft_model_config(draft_dir: str | os.PathLike, num_speculative_tokens: int = 4,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,13 @@ import pandas as pd
 from specdec_helpers.costmodel import analysis, theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.engine.spec_config import NGRAM, draft_model_config, ngram_config
+from specdec_helpers.engine.spec_config import (
+    NGRAM,
+    PROPOSERS,
+    custom_config,
+    draft_model_config,
+    ngram_config,
+)
 from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
@@ -55,22 +61,37 @@ def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, ti
                     verify_low=theory.VerifyCost({int(n): float(v) for n, v in summary["ci_low"].items()}))
 
 
+#: where the series' own proposer classes import from (spec_config.PROPOSERS): this package's folder
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
 def candidate_server(candidate: str, target_dir: Path, k: int, server_options: dict[str, Any],
-                     prompt_lookup_max: int) -> VLLMServer:
+                     prompt_lookup_max: int, proposers: Mapping[str, tuple[str, str | Path]] | None = None,
+                     ) -> VLLMServer:
     """The speculative server of a candidate: ``"ngram"`` (prompt lookup, matching n-grams of at most
-    ``prompt_lookup_max`` tokens: the profile's ``ngram_prompt_lookup_max``) or a draft model's name."""
-    config = (ngram_config(k, prompt_lookup_max) if candidate == NGRAM
-              else draft_model_config(resolve_model(candidate), k))
-    return VLLMServer(target_dir, name=candidate, speculative_config=config, **server_options)
+    ``prompt_lookup_max`` tokens: the profile's ``ngram_prompt_lookup_max``), a proposer class (the series' own,
+    ``spec_config.PROPOSERS``, or ``proposers``: name -> (module.Class, the folder its module is in)) or a draft
+    model's name."""
+    classes = {name: (path, PACKAGE_ROOT) for name, path in PROPOSERS.items()} | dict(proposers or {})
+    python_path: list[str] = []
+    if candidate == NGRAM:
+        config = ngram_config(k, prompt_lookup_max)
+    elif candidate in classes:
+        class_path, folder = classes[candidate]
+        config, python_path = custom_config(class_path, k), [str(folder)]
+    else:
+        config = draft_model_config(resolve_model(candidate), k)
+    return VLLMServer(target_dir, name=candidate, speculative_config=config, python_path=python_path,
+                      **server_options)
 
 
 def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, k: int, together: bool,
                       max_tokens: int, repeats: int, temperature: float, provenance: dict,
                       server_options: dict[str, Any], max_k: int, prompt_lookup_max: int,
-                      ) -> tuple[pd.DataFrame, dict]:
+                      proposers: Mapping[str, tuple[str, str | Path]] | None = None) -> tuple[pd.DataFrame, dict]:
     """The candidate's requests paired with fresh baseline requests (both servers up when ``together``, else a
     sandwich); returns every row (the baseline's too) and :func:`summarize_candidate`."""
-    server = candidate_server(candidate, Path(baseline.server.model), k, server_options, prompt_lookup_max)
+    server = candidate_server(candidate, Path(baseline.server.model), k, server_options, prompt_lookup_max, proposers)
     rows = measure_paired(baseline.server, [server], prompts, together=together, temperature=temperature,
                           repeats=repeats, max_tokens=max_tokens, provenance=provenance)
     return rows, summarize_candidate(candidate, rows, baseline, k=k, max_k=max_k)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.engine.spec_config import NGRAM
+from specdec_helpers.engine.spec_config import is_lookup
 from specdec_helpers.report.record import run_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
@@ -45,10 +45,10 @@ def draft_rule(found: dict[str, Any] | None, where: str, profile_draft: str, tar
         return DraftChoice(profile_draft, False, f"notebook 04's recommendation ({where}) was measured for "
                                                  f"target `{found['target_model']}`, not `{target_model}`, so "
                                                  f"this notebook uses the profile's draft `{profile_draft}`.")
-    if candidate == NGRAM:
-        return DraftChoice(profile_draft, False, f"notebook 04 recommended n-gram lookup ({where}); this "
-                                                 "notebook studies a draft model, so it uses the profile's draft "
-                                                 f"`{profile_draft}`.")
+    if is_lookup(candidate):
+        return DraftChoice(profile_draft, False, f"notebook 04 recommended `{candidate}`, a lookup method with no "
+                                                 f"draft model ({where}); this notebook studies a draft model, so "
+                                                 f"it uses the profile's draft `{profile_draft}`.")
     same = (" (the profile's draft too)" if candidate == profile_draft
             else f" instead of the profile's `{profile_draft}`")
     return DraftChoice(candidate, True, f"notebook 04 recommended `{candidate}` ({where}), so this notebook "

@@ -336,10 +336,11 @@ def test_04_defines_coverage_as_the_summaries_compute_it():
 
 
 def test_05_defines_the_draft_rule_that_06_reuses():
+    from specdec_helpers.engine.spec_config import is_lookup
     from specdec_helpers.report import recommendation
 
     ns = notebook_names("05_structured_vs_creative.ipynb", "draft_rule",
-                        extra={"DraftChoice": recommendation.DraftChoice})
+                        extra={"DraftChoice": recommendation.DraftChoice, "is_lookup": is_lookup})
     cases = [(None, "no recommendation recorded by notebook 04 in runs/x"),
              ({"candidate": "ngram", "target_model": "t"}, "recorded by notebook 04 in this run (x)"),
              ({"candidate": "d-small", "target_model": "other"}, "recorded by notebook 04 in this run (x)"),
@@ -349,7 +350,10 @@ def test_05_defines_the_draft_rule_that_06_reuses():
         assert ns["draft_rule"](found, where, "d-profile", "t") == recommendation.draft_rule(found, where, "d-profile",
                                                                                             "t")
     assert ns["draft_rule"]({"candidate": "d-small", "target_model": "t"}, "x", "d-profile", "t").draft_model == "d-small"
-    assert recommendation.NGRAM == "ngram"  # the notebook's rule names it literally
+    for lookup in ("ngram", "traffic"):  # a lookup method is not a draft model: the profile's draft
+        found = {"candidate": lookup, "target_model": "t"}
+        assert ns["draft_rule"](found, "x", "d-profile", "t") == recommendation.draft_rule(found, "x", "d-profile", "t")
+        assert ns["draft_rule"](found, "x", "d-profile", "t").draft_model == "d-profile"
 
 
 def test_04_defines_the_paired_speedup_and_the_verdict_rule_the_helpers_apply():

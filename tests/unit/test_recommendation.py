@@ -29,7 +29,7 @@ def test_choose_draft_uses_a_recorded_draft_model_recommendation(tmp_path):
     assert "instead of the profile's" in choice.reason
 
 
-@pytest.mark.parametrize("saved, why", [({"candidate": "ngram", "target_model": "target"}, "n-gram"),
+@pytest.mark.parametrize("saved, why", [({"candidate": "ngram", "target_model": "target"}, "lookup method"), ({"candidate": "traffic", "target_model": "target"}, "lookup method"),
                                         ({"candidate": "draft-b", "target_model": "other"}, "measured for target")])
 def test_choose_draft_ignores_ngram_and_other_targets(tmp_path, saved, why):
     _record_as_04(tmp_path, saved)

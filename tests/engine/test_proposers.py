@@ -1,0 +1,57 @@
+"""Proposer classes served by vLLM (``method: "custom_class"``) on real cpu-tiny engines: the greedy answers stay the
+target's, vLLM counts their drafts like any other method's, and the traffic proposer drafts more as it sees requests
+that share structure (measured on a stream, against the same stream on a proposer without memory)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from specdec_helpers.engine.serving import VLLMServer
+from specdec_helpers.engine.spec_config import PROPOSERS, custom_config
+from specdec_helpers.measure.evaluate import PACKAGE_ROOT
+from specdec_helpers.measure.metrics import read_spec_counters
+from specdec_helpers.measure.prompts import Prompt
+from specdec_helpers.measure.requests import measure_prompts
+
+K = 4
+PEOPLE = [("Maria Lopez", 34, "Porto"), ("Jon Berg", 51, "Oslo"), ("Aiko Tanaka", 27, "Osaka"),
+          ("Samuel Okafor", 42, "Lagos"), ("Elena Rossi", 39, "Turin"), ("Omar Haddad", 23, "Amman"),
+          ("Lena Vogel", 61, "Graz"), ("Tomas Novak", 30, "Brno")]
+# one schema, other people: requests that share structure, as a service's traffic does
+STREAM = [Prompt(f"person-{i}", "structured", "json_schema",
+                 [{"role": "system", "content": "You reply with valid JSON only."},
+                  {"role": "user", "content": 'Return only JSON matching this schema: {"name": string, "age": integer, '
+                                              f'"city": string, "greeting": string}}\nPerson: {n} is {a} years old '
+                                              f"and lives in {c}."}], 40)
+          for i, (n, a, c) in enumerate(PEOPLE)]
+
+
+def _proposer_server(target_dir, log_dir, name, class_path):
+    return VLLMServer(target_dir, name=name, speculative_config=custom_config(class_path, K), log_dir=log_dir,
+                      max_model_len=1024, dtype="float32", python_path=[str(PACKAGE_ROOT)], shared=False)
+
+
+def test_proposer_classes_keep_the_answers_draft_and_the_traffic_one_learns(baseline_server, target_dir, log_dir):
+    base = measure_prompts([baseline_server], STREAM, temperature=0.0, progress=False).set_index("prompt_id")
+    streams = {}
+    for name, class_path in (("lookup", "specdec_helpers.proposers.lookup.LookupProposer"),
+                             ("traffic", PROPOSERS["traffic"])):
+        with _proposer_server(target_dir, log_dir, name, class_path) as server:
+            before = read_spec_counters(server.base_url)
+            rows = measure_prompts([server], STREAM, temperature=0.0, progress=False)
+            counted = read_spec_counters(server.base_url) - before
+        rows = rows.set_index("prompt_id")
+        # lossless: a proposer only proposes; the target's greedy answer is unchanged (float32)
+        assert (rows["text"] == base.loc[rows.index, "text"]).all(), name
+        # vLLM's counters count the class's drafts, and the per-request numbers add up to them
+        assert counted.drafts > 0 and 0 < counted.accepted_tokens <= counted.draft_tokens
+        assert rows["draft_tokens"].sum() == counted.draft_tokens and rows["accepted_tokens"].sum() == counted.accepted_tokens
+        streams[name] = rows.assign(share=rows["accepted_tokens"] / rows["completion_tokens"].clip(lower=1))
+    first, later = STREAM[0].id, [p.id for p in STREAM[len(STREAM) // 2:]]
+    traffic, lookup = streams["traffic"], streams["lookup"]
+    # the first request has nothing earlier to learn from: the traffic proposer drafts as the lookup does
+    assert traffic.loc[first, "accepted_tokens"] == lookup.loc[first, "accepted_tokens"]
+    # later requests of the same schema: it drafts from earlier answers, and more of each answer comes from drafts
+    assert traffic.loc[later, "share"].mean() > traffic.loc[first, "share"]
+    assert traffic.loc[later, "accepted_tokens"].sum() > lookup.loc[later, "accepted_tokens"].sum()
+    print(pd.DataFrame({"lookup": lookup["share"], "traffic": traffic["share"]}).round(2))
