@@ -1,5 +1,7 @@
-"""Prompt sets (data/prompts/README.md) and long documents. The loader is strict (a mangled prompt measures
-something else): every problem is a PromptFileError naming the file, the line and the problem."""
+"""Prompt sets (data/prompts/README.md) and long documents. The loader reads the formats a vLLM user already has
+(the series' JSONL, an OpenAI chat-completions JSONL with plain ``messages`` lines or batch-API lines, a ShareGPT
+JSON as ``vllm bench serve`` reads it), and it is strict (a mangled prompt measures something else): every problem is
+a PromptFileError naming the file, the line and the problem."""
 
 from __future__ import annotations
 
@@ -17,7 +19,13 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 #: The shipped sets: ``data/prompts`` of the source checkout (the notebooks run from a clone).
 PROMPTS_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "prompts"
-REQUIRED_KEYS: tuple[str, ...] = ("id", "class", "subcategory", "messages", "max_tokens")
+REQUIRED_KEYS: tuple[str, ...] = ("messages",)  # id, class, subcategory and max_tokens have defaults (below)
+#: a prompt without a class: a file without classes is one class (07 says how to split it)
+DEFAULT_CLASS = "all"
+#: the answer budget of a prompt that gives none (the notebooks' ``max_tokens`` parameter caps every request anyway)
+DEFAULT_MAX_TOKENS = 256
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",  # OpenAI's
+          "human": "user", "gpt": "assistant"}  # ShareGPT's "from"
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,46 @@ class _Record(BaseModel):
     messages: Annotated[list[_Message], Field(min_length=1)]
 
 
+def _content(value: Any) -> Any:
+    """OpenAI's content parts (``[{"type": "text", "text": ...}]``) as one text; anything else as it is."""
+    if isinstance(value, list) and value and all(isinstance(p, dict) and p.get("type") == "text" for p in value):
+        return "".join(str(p.get("text", "")) for p in value)
+    return value
+
+
+def _as_series_record(record: Any, where: str) -> Any:
+    """One line or entry of any supported format as the series' record, defaults filled in (``where``: the default
+    id); what cannot be read is returned as is, for :func:`_problem` to name."""
+    if not isinstance(record, dict):
+        return record
+    if "body" in record or "custom_id" in record:  # OpenAI batch API: the request is the body
+        body = record.get("body")
+        if not isinstance(body, dict) or "messages" not in body:
+            return {"_problem": "a batch-API line needs a body with messages ({custom_id, body: {messages}})"}
+        record = {**{k: v for k, v in record.items() if k != "body"}, "messages": body["messages"],
+                  "id": record.get("custom_id", where),
+                  **({"max_tokens": body.get("max_tokens", body.get("max_completion_tokens"))}
+                     if "max_tokens" in body or "max_completion_tokens" in body else {})}
+    elif "conversations" in record and "messages" not in record:  # ShareGPT: the turns before the first answer
+        turns = record["conversations"]
+        if not isinstance(turns, list) or not all(isinstance(t, dict) and "from" in t for t in turns):
+            return {"_problem": "conversations must be a list of {from, value} turns"}
+        first_answer = next((i for i, t in enumerate(turns) if _ROLES.get(t["from"]) == "assistant"), len(turns))
+        record = {**{k: v for k, v in record.items() if k != "conversations"},
+                  "messages": [{"role": t["from"], "content": t.get("value")} for t in turns[:first_answer]]}
+    elif "messages" not in record:
+        return {"_problem": f"no messages: expected the series' format or an OpenAI chat line {{messages: [...]}}, "
+                            f"a batch-API line {{custom_id, body: {{messages}}}} or a ShareGPT entry "
+                            f"{{conversations: [...]}}; found keys {sorted(record)[:8]}"}
+    messages = record["messages"]
+    if isinstance(messages, list):
+        messages = [{**m, "role": _ROLES.get(m.get("role"), m.get("role")), "content": _content(m.get("content"))}
+                    if isinstance(m, dict) and "role" in m and "content" in m else m for m in messages]
+    cls = record.get("class", DEFAULT_CLASS)
+    return {**record, "messages": messages, "id": record.get("id", where), "class": cls,
+            "subcategory": record.get("subcategory", cls), "max_tokens": record.get("max_tokens", DEFAULT_MAX_TOKENS)}
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -68,6 +116,8 @@ def _problem(record: Any) -> str | None:
     """What is wrong with one decoded JSON line, in plain words (from pydantic's first error), or None."""
     if not isinstance(record, dict):
         return f"expected a JSON object {{...}}, got {type(record).__name__} {_describe(record)}"
+    if "_problem" in record:
+        return record["_problem"]
     try:
         _Record.model_validate(record)
     except ValidationError as exc:
@@ -97,8 +147,45 @@ def _problem(record: Any) -> str | None:
     return f"messages[{loc[1]}] content must be a non-empty string, got {_describe(value)}"
 
 
+def _decoded(path: Path) -> Iterable[tuple[int, str, Any]]:
+    """``(line, default id, decoded JSON)`` of every prompt in ``path``: a line of a JSONL file, or an entry of a JSON
+    array (ShareGPT, as ``vllm bench serve`` reads it: the line an entry starts on)."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8").lstrip("\ufeff")  # tolerate a byte-order mark from Windows editors
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(path, data[:exc.start].count(b"\n") + 1, f"not valid UTF-8 text ({exc.reason})") from None
+    if text.lstrip().startswith("["):  # one JSON array
+        decoder, at, entry = json.JSONDecoder(), text.index("[") + 1, 0
+        while True:
+            while at < len(text) and text[at] in " \t\r\n,":
+                at += 1
+            line = text.count("\n", 0, at) + 1
+            if at >= len(text) or text[at] == "]":
+                if at >= len(text):
+                    raise PromptFileError(path, line, "invalid JSON: the array is not closed with ]")
+                return
+            try:
+                record, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError as exc:
+                raise PromptFileError(path, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            entry += 1
+            yield line, f"entry-{entry}", record
+    for lineno, line_text in enumerate(text.split("\n"), start=1):
+        if not line_text.strip():
+            continue
+        try:
+            yield lineno, f"line-{lineno}", json.loads(line_text)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(path, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+
+
 def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Prompt]:
-    """Prompts from one JSONL file or several, in order; ids are unique across them (results join on id)."""
+    """Prompts from one file or several, in order; ids are unique across them (results join on id). Each file is the
+    series' JSONL, an OpenAI chat-completions JSONL (``{"messages": [...]}`` lines, or the batch API's
+    ``{"custom_id", "body": {"messages", "max_tokens"}}``) or a ShareGPT JSON array (``{"conversations": [{"from",
+    "value"}]}``), told apart line by line; ``class`` defaults to ``DEFAULT_CLASS``, ``subcategory`` to the class, the
+    id to the line, ``max_tokens`` to ``DEFAULT_MAX_TOKENS``."""
     paths = [Path(path_or_paths)] if isinstance(path_or_paths, (str, os.PathLike)) else [Path(p) for p in path_or_paths]
     if not paths:
         raise ValueError("load_prompts() needs at least one file path")
@@ -106,24 +193,13 @@ def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
     prompts: list[Prompt] = []
     for path in paths:
         if not path.exists():
-            raise FileNotFoundError(f"prompt file not found: {path} (a JSONL file with one prompt per line; "
-                                    f"the shipped sets are in {PROMPTS_DIR})")
+            raise FileNotFoundError(f"prompt file not found: {path} (a JSONL file with one prompt per line, or a "
+                                    f"ShareGPT JSON; data/prompts/README.md; the shipped sets are in {PROMPTS_DIR})")
         if path.is_dir():
-            raise IsADirectoryError(f"expected a prompt file (.jsonl), got a directory: {path}")
+            raise IsADirectoryError(f"expected a prompt file (.jsonl or .json), got a directory: {path}")
         loaded = len(prompts)
-        for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):  # a bad byte reported at its line
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise PromptFileError(path, lineno, f"not valid UTF-8 text ({exc.reason})") from None
-            if lineno == 1:
-                text = text.lstrip("\ufeff")  # tolerate a byte-order mark from Windows editors
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise PromptFileError(path, lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        for lineno, where, decoded in _decoded(path):
+            record = _as_series_record(decoded, where)
             if problem := _problem(record):
                 raise PromptFileError(path, lineno, problem)
             if record["id"] in seen:
@@ -132,7 +208,8 @@ def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
                 raise PromptFileError(path, lineno, f"duplicate id {record['id']!r}, already used on {earlier}")
             seen[record["id"]] = (str(path), lineno)
             prompts.append(Prompt(id=record["id"], cls=record["class"], subcategory=record["subcategory"],
-                                  messages=[dict(m) for m in record["messages"]], max_tokens=record["max_tokens"]))
+                                  messages=[{"role": m["role"], "content": m["content"]} for m in record["messages"]],
+                                  max_tokens=record["max_tokens"]))
         if len(prompts) == loaded:
             raise PromptFileError(path, None, "the file has no prompts (it is empty or only blank lines)")
     return prompts

@@ -195,6 +195,12 @@ def check_04(r: dict, run_dir: Path) -> None:
             assert (a["server"] == "baseline") == (a["block"] % 2 == 0), a
     checks = {c["candidate"]: c for c in r["measurement_checks"]}
     assert set(checks) == set(by_name)
+    # beyond draft models: the learner's proposer (written by a cell, served by vLLM) and the traffic proposer
+    assert {"my-lookup", "traffic"} <= set(by_name)
+    assert all(by_name[n]["acceptance_rate"] is not None for n in ("my-lookup", "traffic"))
+    stream = r["traffic_stream"]  # its warm-up stream against n-gram lookup's, halves of a fresh server's stream
+    assert set(stream) == {f"{s} {h}" for s in ("traffic", "ngram") for h in ("first half", "second half")}
+    assert all(0.0 <= v <= 1.0 for v in stream.values())
     pairs = pd.read_csv(run_dir / "results" / "04_pairs.csv")
     for name, c in by_name.items():
         mine = pairs[pairs["candidate"] == name]

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from specdec_helpers.measure.prompts import (
+    DEFAULT_CLASS,
+    DEFAULT_MAX_TOKENS,
     PROMPTS_DIR,
     Prompt,
     PromptFileError,
@@ -117,8 +119,13 @@ MALFORMED = {
     "invalid-json": ([good(), '{"id": "x02", "class": '], 2, r"invalid JSON: Expecting value"),
     "trailing-comma": ([good(), "", '{"id": "x02",}'], 3, r"invalid JSON"),
     "not-object": ([good(), '["a", "list"]'], 2, r"expected a JSON object.*got list"),
-    "missing-keys": ([good(), json.dumps({"id": "x02", "messages": GOOD["messages"]})], 2,
-                     r"missing key\(s\): 'class', 'subcategory', 'max_tokens'"),
+    "no-messages": ([good(), json.dumps({"id": "x02", "prompt": "Say hi."})], 2,
+                    r"no messages: expected the series' format or an OpenAI chat line.*found keys \['id', 'prompt'\]"),
+    "batch-without-messages": ([good(), json.dumps({"custom_id": "r2", "body": {"model": "m"}})], 2,
+                               r"a batch-API line needs a body with messages"),
+    "batch-bad-message": ([good(), json.dumps({"custom_id": "r2", "body": {"messages": [{"role": "bot",
+                                                                                         "content": "x"}]}})], 2,
+                          r"messages\[0\] role must be one of system, user, assistant, got 'bot'"),
     "max-tokens-string": ([good(), good(id="x02", max_tokens="64")], 2,
                           r"max_tokens must be a positive integer, got '64'"),
     "max-tokens-zero": ([good(), good(id="x02", max_tokens=0)], 2,
@@ -322,3 +329,46 @@ def test_long_document_for_tokens_passes_task_and_rejects_too_small():
         long_document_for_tokens(20, _chars_over_4)
     with pytest.raises(ValueError, match="positive integer"):
         long_document_for_tokens(0, _chars_over_4)
+
+
+# --------------------------------------------------------------------------- the formats users already have
+CHAT = [{"role": "system", "content": "Reply in JSON."}, {"role": "user", "content": "A person, please."}]
+
+
+def test_an_openai_chat_file_loads_as_one_class_with_defaults(tmp_path):
+    path = write(tmp_path, [json.dumps({"messages": CHAT}), json.dumps({"model": "x", "messages": CHAT[1:],
+                                                                         "max_tokens": 64, "temperature": 0.3})])
+    first, second = load_prompts(path)
+    assert (first.id, first.cls, first.subcategory, first.max_tokens) == ("line-1", DEFAULT_CLASS, DEFAULT_CLASS,
+                                                                          DEFAULT_MAX_TOKENS)
+    assert first.messages == CHAT and (second.id, second.max_tokens) == ("line-2", 64)
+
+
+def test_a_batch_api_file_loads_with_its_custom_ids_and_budgets(tmp_path):
+    line = {"custom_id": "req-7", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "gpt", "messages": [{"role": "developer", "content": "Be brief."},
+                                                  {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                                                               {"type": "text", "text": "there"}]}],
+                     "max_completion_tokens": 80}}
+    (prompt,) = load_prompts(write(tmp_path, [json.dumps(line)]))
+    assert (prompt.id, prompt.max_tokens, prompt.cls) == ("req-7", 80, DEFAULT_CLASS)
+    assert prompt.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+
+
+def test_a_sharegpt_file_loads_the_turns_before_the_first_answer_and_names_bad_entries_by_line(tmp_path):
+    entries = [{"id": "a", "conversations": [{"from": "human", "value": "Write SQL for X."},
+                                             {"from": "gpt", "value": "SELECT 1;"},
+                                             {"from": "human", "value": "and Y?"}]},
+               {"conversations": [{"from": "system", "value": "Be terse."}, {"from": "human", "value": "Hi"}],
+                "class": "chat"}]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(entries, indent=2), encoding="utf-8")
+    first, second = load_prompts(path)
+    assert first.id == "a" and first.messages == [{"role": "user", "content": "Write SQL for X."}]
+    assert (second.id, second.cls, second.subcategory) == ("entry-2", "chat", "chat")
+    bad = entries + [{"conversations": [{"from": "gpt", "value": "I start."}]}]
+    path.write_text(json.dumps(bad, indent=2), encoding="utf-8")
+    with pytest.raises(PromptFileError, match="messages must be a non-empty list") as info:
+        load_prompts(path)
+    starts = [i + 1 for i, line in enumerate(json.dumps(bad, indent=2).split("\n")) if line == "  {"]
+    assert info.value.line == starts[2]  # the line the third entry starts on

@@ -190,3 +190,25 @@ def test_kernels_import_this_clones_package_whatever_the_shared_environment_poin
     found = subprocess.run([sys.executable, "-c", "import specdec_helpers; print(specdec_helpers.__file__)"],
                            capture_output=True, text=True, check=True, cwd="/", env=dict(os.environ)).stdout
     assert found.strip().startswith(str(runner.REPO_ROOT))
+
+
+@pytest.mark.parametrize("fmt", ["openai-batch", "openai-chat"])
+def test_make_worth_it_takes_openai_files_as_they_come_and_names_a_bad_line(tmp_path, capsys, fmt):
+    """`make worth-it PROMPTS=...` with an OpenAI batch or chat file, no edits: the run's preflight reads it (and the
+    console says what 07 will measure); a malformed line stops the run before any notebook, with file, line, problem."""
+    def line(i, content):
+        messages = [{"role": "user", "content": content}]
+        return json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                           "body": {"model": "m", "messages": messages, "max_tokens": 32}} if fmt == "openai-batch"
+                          else {"model": "m", "messages": messages})
+    good = tmp_path / "requests.jsonl"
+    good.write_text("\n".join(line(i, f"Return JSON for item {i}.") for i in range(5)) + "\n")
+    assert runner.preflight_refusal("cpu-tiny", True, {"prompts_file": str(good)}) is None
+    notice = runner.prompts_file_notice(load_profile("cpu-tiny", smoke=True) | {"prompts_file": str(good)},
+                                        [runner.NOTEBOOKS_DIR / "07_is_it_worth_it.ipynb"])
+    assert "5 prompts" in notice
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text(line(1, "fine") + "\n" + line(2, "") + "\n")  # an empty message on line 2
+    code = runner.main(["--profile", "cpu-tiny", "--smoke", "--notebooks", "07", "--set", f"prompts_file={bad}"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{bad}, line 2: messages[0] content must be a non-empty string" in err
