@@ -182,33 +182,55 @@ def _format(value: Any) -> str:
 
 INDEX_TEMPLATE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>Is speculative decoding worth it? Run {{ name }}</title>
-<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}
-table{border-collapse:collapse}td{border:1px solid #ccc;padding:2px 8px;font-size:90%}
-.err{background:#fee;padding:.5em;white-space:pre-wrap}figure{display:inline-block;width:48%;margin:0 1% 1em 0}
-img{width:100%}small{font-weight:normal;color:#555}</style></head><body>
+<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;line-height:1.4}
+table{border-collapse:collapse}td{border:1px solid #ccc;padding:2px 8px;font-size:85%;vertical-align:top}
+.err{background:#fee;padding:.5em;white-space:pre-wrap}.flag{background:#fff6dd;padding:.5em}
+figure{display:inline-block;width:48%;margin:0 1% 1em 0;vertical-align:top}img{width:100%}
+.lead img{max-width:760px}small{font-weight:normal;color:#555}h2{margin-top:1.4em}
+.finding{margin:.2em 0 .8em}details{margin:.5em 0}</style></head><body>
 <h1>Is speculative decoding worth it?</h1>
-<p>Run <code>{{ name }}</code>, profile <b>{{ profile }}</b>, started
-{{ name[:15] }}. Parameters: <code>{{ params }}</code></p>
+<p>Run <code>{{ name }}</code> of profile <b>{{ profile }}</b>{% if hardware %} on {{ hardware }}{% endif %}:
+{{ ok_count }} of {{ runs | length }} notebooks ran, in {{ minutes }} min.</p>
+{% if failed %}<div class="err"><b>Failed:</b> {{ failed | join(", ") }} (their sections below show the error; the
+findings are those of the notebooks that ran).</div>{% endif %}
 {% if disagreements %}<div class="err"><b>This run does not agree with itself.</b> The same configuration, measured
 twice on the same prompts, gave results whose spreads do not overlap: the machine changed between the two (shared
 machines and laptops drift by tens of percent within minutes). Read differences smaller than these as noise.
 <ul>{% for line in disagreements %}<li>{{ line }}</li>{% endfor %}</ul></div>{% endif %}
+{% if flagged %}<p class="flag">{{ flagged }}</p>{% endif %}
+<h2>What this run found</h2>
+{% for f in findings %}<section class="lead"><h3>{{ f.title }} <small><a href="#{{ f.stem }}">notebook
+{{ f.stem[:2] }}</a></small></h3>
+<ul class="finding">{% for line in f.lines %}<li>{{ md(line) }}</li>{% endfor %}</ul>
+{% if f.figure %}<img src="figures/{{ f.figure }}" alt="{{ f.figure }}">{% endif %}</section>
+{% else %}<p>(no notebook of this run recorded findings)</p>{% endfor %}
+<h2>Notebook by notebook</h2>
+{% for run in runs -%}
+<h3 id="{{ run.name }}">{{ run.name }} <small>{{ "ok" if run.ok else "FAILED" }}, {{ "%.1f" | format(run.seconds / 60) }}
+min,{% for link in run.links %} <a href="notebooks/{{ link.name }}">{{ link.suffix[1:] }}</a>{% endfor %}</small></h3>
+{%- if run.error %}<pre class="err">{{ run.error }}</pre>{% endif -%}
+{% if run.lines %}<ul class="finding">{% for line in run.lines %}<li>{{ md(line) }}</li>{% endfor %}</ul>{% endif %}
+{% for figure in run.figures %}<figure><img src="figures/{{ figure.name }}" alt="{{ figure.stem }}">
+<figcaption>{{ figure.stem }}</figcaption></figure>{% endfor %}
+<details><summary>its {{ run.records | length }} recorded values (raw)</summary>
+<table>{% for key, value in run.records.items() %}<tr><td>{{ key }}</td><td>{{ show(value) }}</td></tr>
+{%- endfor %}</table></details>
+{% endfor %}
+<h2>The run</h2>
 {% if servers %}<p>vLLM servers: {{ servers.starts }} started ({{ servers.shared_starts }} shared by the notebooks,
 {{ servers.own_starts }} a notebook's own; {{ servers.startup_s }} s of start-up),
 {{ servers.reuses }} reused by a later notebook; <a href="servers.json">servers.json</a> lists each.</p>{% endif %}
 {% if results %}<p><a href="results.csv">results.csv</a>: every measured row, with provenance.</p>{% endif %}
-{% for run in runs -%}
-<h2>{{ run.name }} <small>{{ "ok" if run.ok else "FAILED" }}, {{ "%.0f" | format(run.seconds) }} s,
-{%- for link in run.links %} <a href="notebooks/{{ link.name }}">{{ link.suffix[1:] }}</a>{% endfor %}</small></h2>
-{%- if run.error %}<pre class="err">{{ run.error }}</pre>{% endif -%}
-<table>{% for key, value in run.records.items() %}<tr><td>{{ key }}</td><td>{{ show(value) }}</td></tr>
-{%- endfor %}</table>
-{% endfor %}
-<h2>Figures</h2>
-{%- for figure in figures %}<figure><img src="figures/{{ figure.name }}" alt="{{ figure.stem }}">
-<figcaption>{{ figure.stem }}</figcaption></figure>{% else %}<p>(none)</p>{% endfor %}
+<details><summary>parameters</summary><code>{{ params }}</code></details>
 </body></html>
 """
+
+#: the report's opening, in this order: notebook, title, the record holding its generated sentences, its figure
+FINDINGS = (("07_is_it_worth_it", "The verdict for these prompts", "findings", None),
+            ("05_structured_vs_creative", "Structured output against creative writing", "findings",
+             "05_acceptance_and_speedup.png"),
+            ("04_choosing_a_draft", "Which way of drafting pays", "findings", None),
+            ("06_context_and_concurrency", "Where the gain fades", "takeaways", None))
 
 
 def disagreements(runs: list[NotebookRun]) -> list[str]:
@@ -227,16 +249,56 @@ def disagreements(runs: list[NotebookRun]) -> list[str]:
     return lines
 
 
+def _inline_markdown(text: str) -> Any:
+    """The notebooks' sentences for HTML: escaped, with their **bold** and `code`."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    html = str(escape(text))
+    html = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html)
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", html))
+
+
+def _flagged(runs: list[NotebookRun]) -> str | None:
+    """One line for the pairs the physics guard left out, per notebook (None when none was)."""
+    counts = {}
+    for r in runs:
+        n = sum(int(c.get("n_flagged") or 0) for c in r.records.get("candidates", []) if isinstance(c, dict))
+        n += len(r.records.get("flagged") or []) + len(r.records.get("context_flagged") or [])
+        if n:
+            counts[r.name[:2]] = n
+    if not counts:
+        return None
+    return (f"Flagged: {sum(counts.values())} measured pair(s) faster than the physics bound allows (drift, not "
+            "speculation), left out of every statistic: " + ", ".join(f"notebook {k}: {n}" for k, n in counts.items())
+            + ".")
+
+
 def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any],
                 servers: dict[str, Any] | None = None) -> Path:
-    """A single page linking every executed notebook, its key numbers and its figures."""
+    """The run's report: first what it found, in the notebooks' own generated sentences (07's verdict, 05's speedups
+    with their figure, 04's candidates, 06's crossover) and anything it flagged; then each notebook with its figures
+    and, collapsed, its raw records."""
     import jinja2
 
+    by_name = {r.name: r for r in runs}
+    figures = sorted((run_dir / "figures").glob("*.png"))
+    findings = [{"stem": stem, "title": title, "lines": list(by_name[stem].records.get(record) or []),
+                 "figure": figure if figure and (run_dir / "figures" / figure).exists() else None}
+                for stem, title, record, figure in FINDINGS if stem in by_name and by_name[stem].records.get(record)]
+    lines_of = {stem: record for stem, _, record, _ in FINDINGS}
+    hardware = next((r.records["hardware"] for r in runs if isinstance(r.records.get("hardware"), str)), None)
     template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
     page = template.render(
-        name=run_dir.name, profile=profile, disagreements=disagreements(runs), params=json.dumps(params), show=_format, servers=servers,
-        results=(run_dir / "results.csv").exists(), figures=sorted((run_dir / "figures").glob("*.png")),
+        name=run_dir.name, profile=profile, hardware=hardware, disagreements=disagreements(runs),
+        params=json.dumps(params), show=_format, md=_inline_markdown, servers=servers, findings=findings,
+        flagged=_flagged(runs), failed=[r.name for r in runs if not r.ok], ok_count=sum(r.ok for r in runs),
+        minutes=f"{sum(r.seconds for r in runs) / 60:.1f}", results=(run_dir / "results.csv").exists(),
         runs=[{"name": r.name, "ok": r.ok, "seconds": r.seconds, "error": r.error, "records": r.records,
+               "lines": list(r.records.get(lines_of.get(r.name, "findings")) or []) if r.name not in
+               {f["stem"] for f in findings} else [],
+               "figures": [f for f in figures if f.name[:3] == r.name[:3]],
                "links": [p for p in (r.output.with_suffix(".html"), r.output) if p.exists()]} for r in runs])
     path = run_dir / "index.html"
     path.write_text(page)
@@ -322,15 +384,37 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")
-    runs, servers = run_notebooks(notebooks, params, run_dir, share_servers=not args.own_servers)
+    runs, servers = run_notebooks(notebooks, params, run_dir, share_servers=not args.own_servers,
+                                  expected=expected_times(args.profile, args.smoke))
     combine_results(run_dir)
     index = write_index(run_dir, runs, args.profile, params, servers)
     print(f"report: {index}")
     return 0 if all(r.ok for r in runs) else 1
 
 
+def expected_times(profile: str, smoke: bool) -> tuple[dict[str, float], str]:
+    """Each notebook's run time in the reference run of this profile and this machine's CPU class (what ``make run``
+    announces before a notebook starts), and which reference that is; ({}, why not) where there is none."""
+    from specdec_helpers.report.reference import load_reference, machine_class, reference_file
+
+    if smoke:
+        return {}, "no reference for the smoke parameters"
+    path, same_class = reference_file(profile, cpu_class=machine_class())
+    reference = load_reference(path.stem, path.parent) if path else None
+    if reference is None:
+        return {}, f"no reference run for profile {profile} yet"
+    prov = reference.get("provenance") or {}
+    where = f"reference {path.stem}, {prov.get('hardware', '?')}" + ("" if same_class else ", another CPU class")
+    return {stem: float(n["seconds"]) for stem, n in reference["notebooks"].items() if n.get("seconds")}, where
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
 def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
-                  share_servers: bool = True) -> tuple[list[NotebookRun], dict[str, Any] | None]:
+                  share_servers: bool = True, expected: tuple[dict[str, float], str] = ({}, "")
+                  ) -> tuple[list[NotebookRun], dict[str, Any] | None]:
     """Execute ``notebooks`` in order, sharing one pool of servers between them; every server is stopped
     before this returns (a failed notebook, Ctrl-C or SIGTERM included). Returns the runs and the pool's
     summary (starts, reuses, per notebook), also written to ``servers.json``."""
@@ -347,12 +431,18 @@ def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
             first = [n.stem for n in ordered if not uses_shared_servers(n)]
             print(f"running {', '.join(first)} first: it starts only servers of its own, which need the memory "
                   "the shared servers would hold (the report keeps the notebooks' order)", flush=True)
+        times, where = expected
+        if times and all(n.stem in times for n in ordered):
+            print(f"expected: {_minutes(sum(times[n.stem] for n in ordered))} in all ({where})", flush=True)
         for notebook in ordered:
-            print(f"executing {notebook.name} ...", flush=True)
+            before = times.get(notebook.stem)
+            print(f"{notebook.stem}: running, expected {_minutes(before) if before else '? (' + where + ')'}",
+                  flush=True)
             os.environ[NOTEBOOK_ENV] = notebook.stem
             run = execute(notebook, params, run_dir)
             error = f": {run.error[:300]}" if run.error else ""
-            print(f"  {'ok' if run.ok else 'FAILED'} in {run.seconds:.0f} s{error}")
+            print(f"{notebook.stem}: {'ok' if run.ok else 'FAILED'} in {_minutes(run.seconds)}"
+                  + (f" (expected {_minutes(before)})" if before else "") + error, flush=True)
             runs.append(run)
         position = {n.stem: i for i, n in enumerate(notebooks)}
         runs.sort(key=lambda r: position.get(r.name, len(position)))

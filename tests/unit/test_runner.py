@@ -103,7 +103,7 @@ def test_overrides_are_yaml_and_existing_paths_become_absolute(tmp_path, monkeyp
 def test_smoke_overrides_fit_each_profile_kind():
     tiny = load_profile("cpu-tiny", smoke=True)
     assert tiny["max_tokens"] == 24 and tiny["prompt_lengths"] == [32, 256, 1024]
-    assert tiny["draft_candidates"] == ["ngram", "smollm2-draft-2l"]
+    assert tiny["draft_candidates"] == ["ngram", "traffic", "smollm2-draft-2l"]
     for gpu in ("gpu-llama", "gpu-qwen3"):
         full, smoke = load_profile(gpu), load_profile(gpu, smoke=True)
         # a GPU profile keeps drafts that share its target's tokenizer, and its own models
@@ -212,3 +212,16 @@ def test_make_worth_it_takes_openai_files_as_they_come_and_names_a_bad_line(tmp_
     code = runner.main(["--profile", "cpu-tiny", "--smoke", "--notebooks", "07", "--set", f"prompts_file={bad}"])
     err = capsys.readouterr().err
     assert code == 2 and f"{bad}, line 2: messages[0] content must be a non-empty string" in err
+
+
+def test_each_notebook_is_announced_with_its_expected_time_and_ends_with_its_measured_one(tiny_notebook, tmp_path,
+                                                                                          capsys):
+    runs, _ = runner.run_notebooks([tiny_notebook], {"profile": "cpu-tiny"}, tmp_path / "run", share_servers=False,
+                                   expected=({"00_tiny": 90.0}, "reference x"))
+    out = capsys.readouterr().out
+    assert runs[0].ok and "expected: 1.5 min in all (reference x)" in out
+    assert "00_tiny: running, expected 1.5 min" in out
+    assert f"00_tiny: ok in {runs[0].seconds / 60:.1f} min (expected 1.5 min)" in out
+    times, where = runner.expected_times("cpu-coder", smoke=False)  # from the reference of this machine's class
+    assert set(times) >= {"00_setup_check", "07_is_it_worth_it"} and "reference cpu-coder-" in where
+    assert runner.expected_times("cpu-coder", smoke=True) == ({}, "no reference for the smoke parameters")
