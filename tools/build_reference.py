@@ -38,9 +38,9 @@ SUMMARY_RECORDS = {"05_structured_vs_creative": ("cells", "run_size"),
                    "06_context_and_concurrency": ("concurrency_title", "best_method_at_longest_prompt"),
                    "07_is_it_worth_it": ("verdict_by_class",)}
 CELL_FIELDS = ("class", "temperature", "n", "speedup", "speedup_ci_low", "speedup_ci_high", "acceptance_rate")
-DOCUMENTS = ("README.md", "WORKSHOP.md")
+DOCUMENTS = ("README.md", "WORKSHOP.md", "docs/running.md", "docs/measuring.md")
 SESSION_NOTEBOOKS = ("00", "01", "02", "05", "07")  # WORKSHOP.md's 90-minute path
-BLOCK = re.compile(r"(<!-- reference: (?P<name>[\w.-]+) (?P<kind>results|times) -->\n)(?P<body>.*?)(<!-- /reference -->)",
+BLOCK = re.compile(r"(<!-- reference: (?P<name>[\w.-]+) (?P<kind>results|times|headline) -->\n)(?P<body>.*?)(<!-- /reference -->)",
                    re.S)
 
 
@@ -187,10 +187,9 @@ def _results(ref: dict[str, Any]) -> str:
                     f"{cell('structured', 0, True)}, creative {cell('creative', 0, True)}; at temperature 1, "
                     f"{cell('structured', 1, False)} and {cell('creative', 1, False)}.")
     v04 = values("04_choosing_a_draft")
-    measured = {key.split("=", 1)[1].split("]", 1)[0]: v for key, v in v04.items()
-                if key.startswith("candidates[") and key.endswith("/measured_speedup")}
+    measured = _measured_04(ref)
     if measured:
-        text.append("Notebook 04, its structured prompts end to end: " + ", ".join(
+        text.append("Notebook 04, its structured prompts end to end, best first: " + ", ".join(
             f"{name} {_x(v)}" for name, v in measured.items()) + f" (its pick: {v04.get('recommendation/candidate')}).")
     v06, s06 = values("06_context_and_concurrency"), summary("06_context_and_concurrency")
     context = {int(key.split("/")[1]): v for key, v in v06.items() if key.startswith("context_speedups/")}
@@ -213,6 +212,26 @@ def _results(ref: dict[str, Any]) -> str:
     return " ".join(text)
 
 
+def _measured_04(ref: dict[str, Any]) -> dict[str, float]:
+    """Notebook 04's end-to-end speedup of every candidate on the structured prompts, best first."""
+    v04 = ref["notebooks"].get("04_choosing_a_draft", {}).get("values", {})
+    measured = {key.split("=", 1)[1].split("]", 1)[0]: v for key, v in v04.items()
+                if key.startswith("candidates[") and key.endswith("/measured_speedup") and v is not None}
+    return dict(sorted(measured.items(), key=lambda item: -item[1]))
+
+
+def _headline(ref: dict[str, Any]) -> str:
+    """The README's first result: which way of drafting paid most on the structured prompts, and by how much."""
+    measured, prov = _measured_04(ref), ref["provenance"]
+    if not measured:
+        return f"Reference `{ref['profile']}` has no measurement of notebook 04."
+    (best, gain), *others = measured.items()
+    return (f"On the structured prompts (JSON, SQL, code) of `{ref['profile']}`, **{best}** paid most: **{_x(gain)}** "
+            f"end to end against the same target without speculation (notebook 04, {prov.get('hardware', '?')}, "
+            f"{str(prov.get('measured_at', '?'))[:10]}); " + ", ".join(f"{n} {_x(v)}" for n, v in others)
+            + "." + (f" **Stale**: {prov['stale']}." if prov.get("stale") else ""))
+
+
 def _times(ref: dict[str, Any]) -> str:
     """WORKSHOP's line of run times: every notebook's papermill duration in the reference run."""
     seconds = {stem: nb.get("seconds") for stem, nb in ref["notebooks"].items()}
@@ -227,8 +246,8 @@ def _times(ref: dict[str, Any]) -> str:
 
 
 def render(reference: dict[str, Any], kind: str) -> str:
-    """The text of a ``<!-- reference: NAME KIND -->`` block (KIND: results or times), wrapped at 110 columns."""
-    text = _results(reference) if kind == "results" else _times(reference)
+    """The text of a ``<!-- reference: NAME KIND -->`` block (KIND: results, times or headline), wrapped at 110 columns."""
+    text = {"results": _results, "times": _times, "headline": _headline}[kind](reference)
     return "\n".join(textwrap.wrap(text, 110, break_on_hyphens=False, break_long_words=False)) + "\n"
 
 
