@@ -373,9 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     refusal = None if args.no_preflight else preflight_refusal(args.profile, args.smoke, overrides)
     if refusal:
         print(refusal, file=sys.stderr)
+        again = f"make preflight PROFILE={args.profile}" + (" SMOKE=1" if args.smoke else "") + (
+            f' SET="{" ".join(args.set)}"' if args.set else "")
         print(f"\nNo notebook was started: profile {args.profile} cannot run here as it stands (the reasons "
-              f"above say what to change). `make preflight PROFILE={args.profile}` repeats this check.",
-              file=sys.stderr)
+              f"above say what to change). `{again}` repeats this check.", file=sys.stderr)
         return 2
     notebooks = find_notebooks(args.notebooks)
     notice = prompts_file_notice(params, notebooks)
@@ -385,20 +386,24 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = resolve_run_dir(Path(args.out) / f"{stamp}-{args.profile}{'-smoke' if args.smoke else ''}")
     print(f"run folder: {run_dir}")
     runs, servers = run_notebooks(notebooks, params, run_dir, share_servers=not args.own_servers,
-                                  expected=expected_times(args.profile, args.smoke))
+                                  expected=expected_times(args.profile, args.smoke, overrides))
     combine_results(run_dir)
     index = write_index(run_dir, runs, args.profile, params, servers)
     print(f"report: {index}")
     return 0 if all(r.ok for r in runs) else 1
 
 
-def expected_times(profile: str, smoke: bool) -> tuple[dict[str, float], str]:
+def expected_times(profile: str, smoke: bool, overrides: dict[str, Any] | None = None
+                   ) -> tuple[dict[str, float], str]:
     """Each notebook's run time in the reference run of this profile and this machine's CPU class (what ``make run``
-    announces before a notebook starts), and which reference that is; ({}, why not) where there is none."""
+    announces before a notebook starts), and which reference that is; ({}, why not) where there is none. A
+    ``--set`` (your prompts file, more prompts) changes the work, so the reference's times would mislead."""
     from specdec_helpers.report.reference import load_reference, machine_class, reference_file
 
     if smoke:
         return {}, "no reference for the smoke parameters"
+    if overrides:
+        return {}, f"no reference run with {', '.join(sorted(overrides))} set"
     path, same_class = reference_file(profile, cpu_class=machine_class())
     reference = load_reference(path.stem, path.parent) if path else None
     if reference is None:

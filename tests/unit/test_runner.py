@@ -225,3 +225,6 @@ def test_each_notebook_is_announced_with_its_expected_time_and_ends_with_its_mea
     times, where = runner.expected_times("cpu-coder", smoke=False)  # from the reference of this machine's class
     assert set(times) >= {"00_setup_check", "07_is_it_worth_it"} and "reference cpu-coder-" in where
     assert runner.expected_times("cpu-coder", smoke=True) == ({}, "no reference for the smoke parameters")
+    # your prompts file (or any --set) changes the work: the reference's 07 time is not announced for it
+    assert runner.expected_times("cpu-coder", smoke=False, overrides={"prompts_file": "mine.jsonl"}) == (
+        {}, "no reference run with prompts_file set")
