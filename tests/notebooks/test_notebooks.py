@@ -608,3 +608,34 @@ def test_every_notebook_has_one_parameters_cell_and_no_outputs():
         assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
             f"{notebook.name} has committed outputs"
         assert "**Next:**" in nb.cells[-1].source or notebook == NOTEBOOKS[-1]
+
+
+@pytest.mark.notebook
+def test_07_gives_one_verdict_for_a_classless_file_measured_with_lookups_only(tmp_path: Path, monkeypatch,
+                                                                              series_pool):
+    """A user's OpenAI chat file has no classes, and a user without memory for a second model compares lookups only:
+    07 still runs to its report, and the file's one class gets the whole workload's verdict (not a second reading of
+    the same requests by another statistic, which could name another method)."""
+    import json
+
+    from specdec_helpers.engine.pool import NOTEBOOK_ENV
+
+    questions = ["Return only JSON with keys name and age for: Ana, 31.", "Write a SQL query counting rows of orders.",
+                 "Write a Python function that returns the square of n.", "Write a haiku about rain."]
+    mine = tmp_path / "chat.jsonl"
+    mine.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}], "max_tokens": 48}) + "\n"
+                            for q in questions))
+    mark = f"07-classless-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
+    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: "07_is_it_worth_it"}.items():
+        monkeypatch.setenv(name, value)
+    params = load_profile("cpu-tiny", smoke=True) | {"prompts_file": str(mine), "draft_candidates": ["ngram", "traffic"]}
+    run = execute(next(n for n in NOTEBOOKS if n.stem == "07_is_it_worth_it"), params, tmp_path)
+    _assert_no_server_survived(mark, shared={e.pgid for e in series_pool.running()})
+    assert run.ok, f"07 failed: {run.error}\n(executed copy: {run.output})"
+    r = run.records
+    assert r["prompt_classes"] == {"all": min(len(questions), params["prompts_per_class"])}
+    assert r["verdict_by_class"] == {"all": r["verdict"]}
+    assert any("(the only class)" in line for line in r["findings"])
+    assert {s["candidate"] for s in r["ranking"]} == {"ngram", "traffic"}
+    assert r["speedups_in_run"] == [] and (tmp_path / "report_07_is_it_worth_it.md").exists()
