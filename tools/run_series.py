@@ -199,6 +199,7 @@ machines and laptops drift by tens of percent within minutes). Read differences 
 <ul>{% for line in disagreements %}<li>{{ line }}</li>{% endfor %}</ul></div>{% endif %}
 {% if flagged %}<p class="flag">{{ flagged }}</p>{% endif %}
 <h2>What this run found</h2>
+{% if noise_floor %}<p class="flag"><b>Noise floor.</b> {{ noise_floor }}</p>{% endif %}
 {% for f in findings %}<section class="lead"><h3>{{ f.title }} <small><a href="#{{ f.stem }}">notebook
 {{ f.stem[:2] }}</a></small></h3>
 <ul class="finding">{% for line in f.lines %}<li>{{ md(line) }}</li>{% endfor %}</ul>
@@ -275,6 +276,23 @@ def _flagged(runs: list[NotebookRun]) -> str | None:
             + ".")
 
 
+def noise_floor(runs: list[NotebookRun]) -> str | None:
+    """04's A/A control in one line (two identical baseline servers, paired like every candidate): the ratios a
+    speedup must clear before it says anything; None when 04 did not run it."""
+    rows = next((r.records.get("aa_control") for r in runs if r.records.get("aa_control")), None)
+    if not rows:
+        return None
+    parts = []
+    for row in rows:
+        if row.get("ratio") in ("end to end", "decode (engine)") and row.get("median") is not None:
+            low = row.get("ci_low")
+            interval = (f"95% interval {low:.2f}-{row['ci_high']:.2f}" if isinstance(low, (int, float)) and low == low
+                        else f"range {row['min']:.2f}-{row['max']:.2f}")
+            parts.append(f"{row['ratio']} {row['median']:.2f}x ({interval}, {row['pairs']} pairs)")
+    return ("Two identical baseline servers, measured like every candidate (notebook 04's A/A control): "
+            + "; ".join(parts) + ". A speedup inside that spread is not told apart from nothing.") if parts else None
+
+
 def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: dict[str, Any],
                 servers: dict[str, Any] | None = None) -> Path:
     """The run's report: first what it found, in the notebooks' own generated sentences (07's verdict, 05's speedups
@@ -293,7 +311,7 @@ def write_index(run_dir: Path, runs: list[NotebookRun], profile: str, params: di
     page = template.render(
         name=run_dir.name, profile=profile, hardware=hardware, disagreements=disagreements(runs),
         params=json.dumps(params), show=_format, md=_inline_markdown, servers=servers, findings=findings,
-        flagged=_flagged(runs), failed=[r.name for r in runs if not r.ok], ok_count=sum(r.ok for r in runs),
+        flagged=_flagged(runs), noise_floor=noise_floor(runs), failed=[r.name for r in runs if not r.ok], ok_count=sum(r.ok for r in runs),
         minutes=f"{sum(r.seconds for r in runs) / 60:.1f}", results=(run_dir / "results.csv").exists(),
         runs=[{"name": r.name, "ok": r.ok, "seconds": r.seconds, "error": r.error, "records": r.records,
                "lines": list(r.records.get(lines_of.get(r.name, "findings")) or []) if r.name not in

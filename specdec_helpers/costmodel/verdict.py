@@ -36,6 +36,14 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
     return NOT_DISTINGUISHABLE
 
 
+def measured_reliably(n_kept: int, n_flagged: int, min_pairs: int) -> bool:
+    """Notebook 04's rule (a test runs both) for whether a candidate's pairs can decide anything (a pick, a rank, a
+    verdict): at least ``min_pairs`` pairs kept by the physics guard, and fewer flagged than kept. A candidate whose
+    pairs mostly broke the bound was measured on a server that differs from its baseline by more than speculation
+    explains; whatever pairs survive are the luckiest, not a sample."""
+    return int(n_kept) >= int(min_pairs) and int(n_flagged) < int(n_kept)
+
+
 def decision_side(speedup: float, min_gain: float = MIN_GAIN) -> str:
     """The side of the rule's thresholds a speedup lies on, without its interval (a run's point vs a reference's)."""
     return "a loss" if speedup < 1.0 else "a gain too small" if speedup <= 1.0 + min_gain else "a gain"

@@ -34,7 +34,6 @@ from specdec_helpers.engine.install import check_python, vllm_install
 from specdec_helpers.engine.pool import active_pool, server_key
 from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.engine.processes import group_ram_bytes
-from specdec_helpers.engine.spec_config import MODEL_FREE_METHODS
 from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
 __all__ = ["HOST", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
@@ -74,9 +73,15 @@ class VLLMServer:
     python_path: list[str] = field(default_factory=list)  # folders first on PYTHONPATH: a custom proposer's module
     chat_template_kwargs: dict[str, Any] | None = None
     shared: bool = True  # inside `make run`: use the run's server of this configuration (engine.pool)
+    #: vLLM's model runner, pinned (VLLM_USE_V2_MODEL_RUNNER): where Triton exists vLLM 0.32 defaults to V2 but falls
+    #: back to V1 for custom_class, suffix, medusa and mlp_speculator, so a baseline on V2 against such a candidate
+    #: on V1 would measure two engines. V1 serves every method the series measures, on a CPU and a GPU alike.
+    model_runner: str = "v1"
 
     def __post_init__(self) -> None:
         check_python()
+        if self.model_runner not in ("v1", "v2"):
+            raise ServerError(f"model_runner {self.model_runner!r}: give 'v1' or 'v2' (vLLM's two model runners)")
         self.install = vllm_install()
         self.process: subprocess.Popen | None = None
         self.startup_s: float | None = None
@@ -102,7 +107,7 @@ class VLLMServer:
     @property
     def draft(self) -> str | None:  # the draft model's folder, when speculating with one (not a proposer class)
         config = self.speculative_config or {}
-        return None if config.get("method") in MODEL_FREE_METHODS else config.get("model")
+        return config.get("model") if config.get("method") == "draft_model" else None
 
     @property
     def on_cpu(self) -> bool:
@@ -191,6 +196,7 @@ class VLLMServer:
         if self.python_path:
             inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
             env["PYTHONPATH"] = os.pathsep.join([*map(_absolute, self.python_path), *inherited])
+        env["VLLM_USE_V2_MODEL_RUNNER"] = {"v1": "0", "v2": "1"}[self.model_runner]
         if self.on_cpu:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
             bind = self.cpu_threads_bind

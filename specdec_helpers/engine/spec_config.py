@@ -12,14 +12,27 @@ from typing import Any
 NGRAM = "ngram"
 #: proposer classes measured as candidates, by the name profiles and tables use: what vLLM imports (custom_class)
 PROPOSERS = {"traffic": "specdec_helpers.proposers.traffic.TrafficProposer"}
-#: methods whose ``model`` is not a model folder (a class path, or nothing)
-MODEL_FREE_METHODS = (NGRAM, "custom_class", "suffix")
 
 
 def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
     """Prompt-lookup (n-gram) speculation: drafts copied from earlier text, no second model."""
     return {"method": NGRAM, "num_speculative_tokens": num_speculative_tokens,
             "prompt_lookup_max": prompt_lookup_max, "prompt_lookup_min": 2}
+
+
+#: a candidate named "eagle3:<hub id or folder>" is an EAGLE-3 head for the target (vLLM's ``method: "eagle3"``)
+EAGLE3_PREFIX = "eagle3:"
+
+
+def eagle3_config(head: str, num_speculative_tokens: int = 4) -> dict[str, Any]:
+    """EAGLE-3: a one-layer head trained on the target's own hidden states drafts the tokens (a hub id or folder)."""
+    return {"method": "eagle3", "model": head, "num_speculative_tokens": num_speculative_tokens}
+
+
+def is_draft_model_name(candidate: str) -> bool:
+    """Does the candidate name a draft *model* to resolve (``models.resolve_model``)? Not n-gram, not a proposer
+    class, not an EAGLE-3 head (a head is not a model that runs alone)."""
+    return not is_lookup(candidate) and not candidate.startswith(EAGLE3_PREFIX)
 
 
 def is_lookup(candidate: str) -> bool:

@@ -17,10 +17,12 @@ from specdec_helpers.costmodel import analysis, theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import (
+    EAGLE3_PREFIX,
     NGRAM,
     PROPOSERS,
     custom_config,
     draft_model_config,
+    eagle3_config,
     ngram_config,
 )
 from specdec_helpers.measure import phases
@@ -79,6 +81,8 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
     elif candidate in classes:
         class_path, folder = classes[candidate]
         config, python_path = custom_config(class_path, k), [str(folder)]
+    elif candidate.startswith(EAGLE3_PREFIX):
+        config = eagle3_config(candidate.removeprefix(EAGLE3_PREFIX), k)
     else:
         config = draft_model_config(resolve_model(candidate), k)
     return VLLMServer(target_dir, name=candidate, speculative_config=config, python_path=python_path,
@@ -90,11 +94,27 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
                       server_options: dict[str, Any], max_k: int, prompt_lookup_max: int,
                       proposers: Mapping[str, tuple[str, str | Path]] | None = None) -> tuple[pd.DataFrame, dict]:
     """The candidate's requests paired with fresh baseline requests (both servers up when ``together``, else a
-    sandwich); returns every row (the baseline's too) and :func:`summarize_candidate`."""
+    sandwich), then v(k+1) timed again on the baseline right after them (:func:`verify_next_to_pairs`: the bound and
+    c divide by it, so it is measured minutes from the pairs it judges, not at the notebook's start); returns every
+    row (the baseline's too) and :func:`summarize_candidate`."""
     server = candidate_server(candidate, Path(baseline.server.model), k, server_options, prompt_lookup_max, proposers)
     rows = measure_paired(baseline.server, [server], prompts, together=together, temperature=temperature,
                           repeats=repeats, max_tokens=max_tokens, provenance=provenance)
+    rows = rows.assign(speculative_method=(server.speculative_config or {}).get("method", "none"))
+    if baseline.server.running:
+        v, v_low = verify_next_to_pairs(baseline.server, k)
+        rows = rows.assign(verify_k_plus_1=v, verify_low_k_plus_1=v_low)
     return rows, summarize_candidate(candidate, rows, baseline, k=k, max_k=max_k)
+
+
+#: rounds of the v(k+1) measurement next to each candidate's pairs (3 is the least for a median and an interval)
+VERIFY_NEXT_TO_PAIRS_ROUNDS = 5
+
+
+def verify_next_to_pairs(server: VLLMServer, k: int) -> tuple[float, float]:
+    """v(k+1) on the running baseline ``server``, now: (median, low end of its 95% interval)."""
+    summary = phases.summarize_verify_cost(phases.verify_cost(server, ks=[k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS))
+    return float(summary.loc[k + 1, "v"]), float(summary.loc[k + 1, "ci_low"])
 
 
 #: how a decode step is timed, target and draft alike (c is the ratio of two such medians): ``phases.itl_by_position``
@@ -114,36 +134,63 @@ def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> float
         return decode_step_seconds(server)
 
 
+#: a lookup's one-token steps stand for its undrafted steps when at least this share of them carried no draft
+UNDRAFTED_SHARE_FOR_PLAIN_STEP = 0.75
+
+
 def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     """One row per candidate request with its paired baseline request: the speedups (decode by the engine's clock and
-    by the client's, end to end by the client's), the steps it took, the c its steps imply (``theory.c_from_step``)
-    and the physics guard: ``decode_bound`` = tokens per step / (f * v(k+1) + 1 - f), the most any drafting could
-    give, with verification at the low end of its measured interval. A pair above it measured drift, not
-    speculation: ``flagged``, and kept out of every statistic that decides something."""
+    by the client's, end to end and time to first token by the client's), the speedup split into tokens per step and
+    time per step, the c its steps imply (``theory.c_from_step``) and the physics guard.
+
+    ``plain_step_ratio`` u: the candidate's one-token steps over the baseline's, where most of them carried no draft
+    (a lookup's): what the server's configuration costs (u > 1) or gives (u < 1) apart from speculation; the
+    candidate's median over its pairs scales every target step of that server in the guard and in c (1 where it
+    cannot be measured: a draft model drafts at every step). ``decode_bound`` = tokens per step /
+    ((f * v(k+1) + 1 - f) * u): the most any drafting could give, with verification at the low end of its interval
+    measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup, or end
+    to end speedup, is above it (end to end: above max(bound, 1), since prefill is the same work on both servers or
+    more with a draft) measured the machine, not speculation: ``flagged``, and kept out of every statistic that
+    decides something."""
     rows = analysis.add_time_per_token(rows)
-    pairs = analysis.paired(rows, ["s_per_token", "e2e_s", "decode_tokens_per_s", "engine_decode_s",
-                                   "engine_decode_tokens_per_s", "completion_tokens", "sent_at"])
+    for column in ("drafts", "accepted_tokens", "one_token_step_s", "one_token_steps"):
+        if column not in rows:
+            rows = rows.assign(**{column: math.nan if column == "one_token_step_s" else 0})
+    pairs = analysis.paired(rows, ["s_per_token", "e2e_s", "ttft_s", "decode_tokens_per_s", "engine_decode_s",
+                                   "engine_decode_tokens_per_s", "completion_tokens", "sent_at", "one_token_step_s"])
+    pairs[["drafts", "accepted_tokens"]] = pairs[["drafts", "accepted_tokens"]].fillna(0)
     decoded = (pairs["completion_tokens"] - 1).clip(lower=0)
     plain = (decoded - pairs["drafts"] - pairs["accepted_tokens"]).clip(lower=0)
     steps = (pairs["drafts"] + plain).where(lambda x: x > 0)
     f = pairs["drafts"] / steps
     base_step = pairs["baseline_engine_decode_s"] / (pairs["baseline_completion_tokens"] - 1).where(lambda x: x > 0)
     step_ratio = pairs["engine_decode_s"] / steps / base_step
-    v, v_low = baseline.verify(k + 1), baseline.verify_low(k + 1)
-    c = [theory.c_from_step(r, k, v, ff) if np.isfinite(r) and np.isfinite(ff) else math.nan
-         for r, ff in zip(step_ratio, f)]
-    bound = decoded / steps / (f * v_low + 1 - f)
+    near = "verify_k_plus_1" in pairs and pairs["verify_k_plus_1"].notna().all()
+    v = pairs["verify_k_plus_1"] if near else pd.Series(baseline.verify(k + 1), index=pairs.index)
+    v_low = pairs["verify_low_k_plus_1"] if near else pd.Series(baseline.verify_low(k + 1), index=pairs.index)
+    # one-token steps that carried no draft: the steps without a draft, of all one-token steps
+    undrafted_share = (plain / pairs["one_token_steps"].where(lambda x: x > 0)).clip(upper=1.0)
+    u_pair = (pairs["one_token_step_s"] / pairs["baseline_one_token_step_s"]).where(
+        undrafted_share >= UNDRAFTED_SHARE_FOR_PLAIN_STEP)
+    u = u_pair.groupby(pairs["server"]).transform("median").fillna(1.0)
+    c = [theory.c_from_step(r / uu, k, vv, ff) if np.isfinite(r) and np.isfinite(ff) else math.nan
+         for r, uu, vv, ff in zip(step_ratio, u, v, f)]
+    bound = decoded / steps / ((f * v_low + 1 - f) * u)
     decode_speedup = pairs["engine_decode_tokens_per_s"] / pairs["baseline_engine_decode_tokens_per_s"]
+    speedup = pairs["baseline_s_per_token"] / pairs["s_per_token"]
+    over_decode, over_e2e = decode_speedup > bound, speedup > np.maximum(bound, 1.0)
     return pd.DataFrame({
         "candidate": pairs["server"], "k": k, "prompt_id": pairs["prompt_id"], "class": pairs["class"],
         "repeat": pairs["repeat"], "temperature": pairs["temperature"],
         "seconds_apart": (pairs["sent_at"] - pairs["baseline_sent_at"]).abs(), "steps": steps, "coverage": f,
-        "tokens_per_step": decoded / steps, "step_ratio": step_ratio, "c_in_server": c,
-        "decode_speedup": decode_speedup,
+        "tokens_per_step": decoded / steps, "step_ratio": step_ratio, "plain_step_ratio_pair": u_pair,
+        "plain_step_ratio": u.where(u_pair.groupby(pairs["server"]).transform("count") > 0),
+        "verify_k_plus_1": v, "c_in_server": c, "decode_speedup": decode_speedup,
         "decode_speedup_client": pairs["decode_tokens_per_s"] / pairs["baseline_decode_tokens_per_s"],
-        "speedup": pairs["baseline_s_per_token"] / pairs["s_per_token"],
+        "speedup": speedup, "ttft_ratio": pairs["baseline_ttft_s"] / pairs["ttft_s"],
         "baseline_e2e_s": pairs["baseline_e2e_s"], "e2e_s": pairs["e2e_s"], "decode_bound": bound,
-        "flagged": decode_speedup > bound})
+        "flagged": over_decode | over_e2e,
+        "flag_reason": np.where(over_decode, "decode above bound", np.where(over_e2e, "end to end above bound", ""))})
 
 
 def relative_spread(values: pd.Series) -> float:
@@ -186,7 +233,8 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     return {"candidate": candidate, "k": k, "acceptance_rate": pooled["acceptance_rate"],
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c_model, "c_in_server": c_in_server, "coverage": coverage,
-            "verify_cost_k_plus_1": baseline.verify(k + 1), "predicted_decode_speedup": predicted,
+            "verify_cost_k_plus_1": (stat(table["verify_k_plus_1"], "median") if len(table)
+                                     else baseline.verify(k + 1)), "predicted_decode_speedup": predicted,
             "measured_decode_speedup": stat(kept["decode_speedup"], "median"),
             "decode_speedup_min": stat(kept["decode_speedup"], "min"),
             "decode_speedup_max": stat(kept["decode_speedup"], "max"), "measured_speedup": point,
@@ -196,8 +244,16 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "decode_spread_engine": relative_spread(kept["decode_speedup"]),
             "decode_spread_client": relative_spread(kept["decode_speedup_client"]),
             "n_flagged": int(len(flagged)),
-            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode > bound {r.decode_bound:.2f}x"
-                        for r in flagged.itertuples()],
+            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode, {r.speedup:.2f}x end to end > bound "
+                        f"{r.decode_bound:.2f}x" for r in flagged.itertuples()],
+            "method": str(spec["speculative_method"].iloc[0]) if "speculative_method" in spec and len(spec) else "",
+            # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
+            "tokens_per_step": stat(table["tokens_per_step"], "median"),
+            "time_per_step": stat(table["step_ratio"], "median"),
+            "plain_step_ratio": stat(table["plain_step_ratio_pair"], "median"),
+            "plain_step_ratio_n": int(table["plain_step_ratio_pair"].notna().sum()),
+            "ttft_ratio": stat(table["ttft_ratio"], "median"),
+            "verify_next_to_pairs": stat(table["verify_k_plus_1"], "median"),
             "design": str(rows["design"].iloc[0]) if "design" in rows and len(rows) else "",
             "drift": sandwich_drift(rows) if "design" in rows else math.nan,
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
@@ -221,3 +277,31 @@ def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: d
     """:func:`draft_step_seconds` for each draft model that is not the target itself (a self-draft has c = 1)."""
     return {name: draft_step_seconds(path, server_options) for name, path in draft_dirs.items()
             if Path(path).resolve() != Path(target_dir).resolve()}
+
+
+#: the A/A control's second baseline: the same target and settings, another server (its own process and cache)
+AA_REPLICA = "baseline-replica"
+
+
+def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, provenance: dict,
+               server_options: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two identical baseline servers measured with the candidates' paired design (ABBA, one request at a time): the
+    ratio between them is what two servers differ by when nothing differs but the server, the noise floor a
+    candidate's speedup is read against. Returns the rows and one row per ratio (decode, end to end, time to first
+    token, one-token steps) with its median, 95% interval (from ``MIN_VALUES_FOR_INTERVAL`` pairs) and range."""
+    # the replica must not be the pool's shared baseline (the same command line): a marker in its environment
+    replica = VLLMServer(Path(baseline.server.model), name=AA_REPLICA,
+                         extra_env={"SPECDEC_ROLE": "A/A control replica"}, **server_options)
+    rows = measure_paired(baseline.server, [replica], prompts, together=True, temperature=0.0, repeats=1,
+                          max_tokens=max_tokens, provenance=provenance)
+    table = pair_table(rows, baseline, 1)
+    ratios = {"decode (engine)": table["decode_speedup"], "end to end": table["speedup"],
+              "time to first token": table["ttft_ratio"], "one-token step": table["plain_step_ratio_pair"]}
+    summary = []
+    for what, values in ratios.items():
+        values = values.dropna()
+        point, low, high = analysis.paired_speedup(values) if len(values) else (math.nan,) * 3
+        summary.append({"ratio": what, "pairs": len(values), "median": point, "ci_low": low, "ci_high": high,
+                        "min": float(values.min()) if len(values) else math.nan,
+                        "max": float(values.max()) if len(values) else math.nan})
+    return rows, pd.DataFrame(summary)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel.acceptance import SpecCounters
@@ -34,6 +35,9 @@ class StreamResult:
     completion_tokens: int
     finish_reason: str | None
     spec_metrics: dict | None = None  # the response's metrics.speculative_decoding (speculative servers)
+    #: one (seconds since the previous token chunk, tokens it carried) per engine step after the first token: vLLM
+    #: streams each step's new tokens as one chunk, so a 1-token chunk is a step that accepted no draft
+    steps: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def decode_s(self) -> float:
@@ -57,13 +61,19 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
         seed=seed, stream=True, extra_body=extra_body or {},
-        stream_options={"include_usage": True, **({"continuous_usage_stats": True} if on_chunk else {})})
+        stream_options={"include_usage": True, "continuous_usage_stats": True})
     pieces: list[str] = []
     first = usage = finish_reason = spec_metrics = None
+    steps: list[tuple[float, int]] = []
+    last_tokens, last_at = 0, None
     for chunk in stream:
         now = time.perf_counter()
         if chunk.usage is not None:
             usage = chunk.usage
+            if usage.completion_tokens > last_tokens:  # a step's tokens (every chunk carries the running count)
+                if last_at is not None:
+                    steps.append((now - last_at, usage.completion_tokens - last_tokens))
+                last_tokens, last_at = usage.completion_tokens, now
             # vLLM's own field on the final usage chunk: the client keeps it among the unknown fields
             spec_metrics = ((chunk.model_extra or {}).get("metrics") or {}).get("speculative_decoding")
         piece = "".join(c.delta.content for c in chunk.choices if c.delta and c.delta.content)
@@ -79,7 +89,7 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
         raise RuntimeError("The server sent no usage block; vLLM's OpenAI server should (stream_options).")
     return StreamResult(text="".join(pieces), ttft_s=(first or ended) - started, e2e_s=ended - started,
                         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-                        finish_reason=finish_reason, spec_metrics=spec_metrics)
+                        finish_reason=finish_reason, spec_metrics=spec_metrics, steps=steps)
 
 
 @dataclass
@@ -115,6 +125,17 @@ def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: floa
     engine = ((after.prefill[0] - before.prefill[0], after.decode[0] - before.decode[0]) if finished == 1
               else (float("nan"), float("nan")))  # another client's request in the window: no engine time
     return Measurement(result, after.counters - before.counters, sent_at, *engine)
+
+
+def step_columns(steps: Sequence[tuple[float, int]]) -> dict[str, Any]:
+    """A request's engine steps by what they yielded: the median time of a step that gave one token (no draft, or
+    a draft rejected at its first token) and of one that gave more (an accepted draft), with their counts. On a
+    lookup's server most one-token steps carry no draft, so their time against the baseline's steps is what the
+    server's configuration costs apart from speculation."""
+    one = [gap for gap, n in steps if n == 1]
+    more = [gap for gap, n in steps if n > 1]
+    return {"one_token_steps": len(one), "one_token_step_s": float(np.median(one)) if one else float("nan"),
+            "multi_token_steps": len(more), "multi_token_step_s": float(np.median(more)) if more else float("nan")}
 
 
 def per_request_columns(spec_metrics: dict | None) -> dict[str, Any]:
@@ -169,7 +190,7 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                 # provenance first: the row's own configuration (k, method, format) must win over the notebook's
                 row = {**(provenance or {}), "server": server.name, "method": spec.get("method", "none"),
                        "num_speculative_tokens": spec.get("num_speculative_tokens", 0),
-                       "served_format": server.served_format, "prompt_id": prompt.id, "class": prompt.cls,
+                       "served_format": server.served_format, "model_runner": server.model_runner, "prompt_id": prompt.id, "class": prompt.cls,
                        "subcategory": prompt.subcategory, "repeat": repeat, "block": block, "slot": slot,
                        "sent_at": m.sent_at, "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s,
                        "decode_s": r.decode_s, "mean_itl_s": r.mean_itl_s,
@@ -177,7 +198,7 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                        "engine_decode_s": m.engine_decode_s,
                        "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
                        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                       "finish_reason": r.finish_reason, "text": r.text}
+                       "finish_reason": r.finish_reason, "text": r.text, **step_columns(r.steps)}
                 rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics)})
                 bar.update()
     return pd.DataFrame(rows)

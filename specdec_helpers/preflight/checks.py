@@ -15,7 +15,7 @@ from specdec_helpers import memory
 from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format, server_ram_bytes
 from specdec_helpers.engine.install import KV_BLOCK_TOKENS, vllm_install
 from specdec_helpers.engine.pool import active_pool
-from specdec_helpers.engine.spec_config import is_lookup
+from specdec_helpers.engine.spec_config import is_draft_model_name
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
 from specdec_helpers.models.tokenizer_check import compare_tokenizers
@@ -264,7 +264,7 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
         platform = "gpu" if profile.startswith("gpu") else vllm_install().platform
     except Exception:
         platform = "cpu"
-    draft_names = [d for d in dict.fromkeys(drafts) if d and not is_lookup(d)]
+    draft_names = [d for d in dict.fromkeys(drafts) if d and is_draft_model_name(d)]
     report = PreflightReport(profile, target_model, draft_names, platform, provenance.hardware())
     target, *drafts_ = models = [resolve(name) for name in [target_model, *draft_names]]
     missing_hub = [m.name for m in models if not m.available and m.is_hub]

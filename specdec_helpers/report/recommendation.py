@@ -1,4 +1,5 @@
-"""Notebook 04's draft recommendation for 05 and 06: used only when it is a draft *model* for the same target."""
+"""Notebook 04's recommendation for 05 and 06: used only when its speculative configuration has a draft *model*
+(``method: "draft_model"``) for the same target, whatever the candidate is called or where it was defined."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.engine.spec_config import is_lookup
 from specdec_helpers.report.record import run_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
@@ -23,8 +23,11 @@ class DraftChoice:
 
 def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
     """``(recommendation, where it came from)``: what notebook 04 recorded in this run, or ``(None, why not)``."""
-    found = run_records(run_dir, NOTEBOOK_STEM).get("recommendation")
-    if isinstance(found, dict) and found.get("candidate"):
+    try:
+        found = run_records(run_dir, NOTEBOOK_STEM).get("recommendation")
+    except ValueError as exc:  # a 04 that died while writing: 05 and 06 still run, on the profile's draft
+        return None, f"notebook 04's records cannot be read ({exc})"
+    if isinstance(found, dict):  # a candidate, or none with the reason (nothing measured reliably)
         return found, f"recorded by notebook 04 in this run ({Path(run_dir).name})"
     return None, f"no recommendation recorded by notebook 04 in {run_dir}"
 
@@ -40,16 +43,23 @@ def draft_rule(found: dict[str, Any] | None, where: str, profile_draft: str, tar
     if found is None:
         return DraftChoice(profile_draft, False, f"{where}, so this notebook uses the profile's draft "
                                                  f"`{profile_draft}` (run 04 first to test its pick).")
-    candidate = str(found["candidate"])
+    candidate = found.get("candidate")
+    if not candidate:
+        return DraftChoice(profile_draft, False, f"notebook 04 recommended nothing ({where}: "
+                                                 f"{found.get('reason', 'no candidate was measured reliably')}), so "
+                                                 f"this notebook uses the profile's draft `{profile_draft}`.")
     if found.get("target_model") not in (None, target_model):
         return DraftChoice(profile_draft, False, f"notebook 04's recommendation ({where}) was measured for "
                                                  f"target `{found['target_model']}`, not `{target_model}`, so "
                                                  f"this notebook uses the profile's draft `{profile_draft}`.")
-    if is_lookup(candidate):
-        return DraftChoice(profile_draft, False, f"notebook 04 recommended `{candidate}`, a lookup method with no "
-                                                 f"draft model ({where}); this notebook studies a draft model, so "
-                                                 f"it uses the profile's draft `{profile_draft}`.")
-    same = (" (the profile's draft too)" if candidate == profile_draft
+    method = found.get("method")
+    if method != "draft_model" or not found.get("draft_model"):
+        kind = f"`method: {method}`" if method else "no speculative configuration recorded"
+        return DraftChoice(profile_draft, False, f"notebook 04 recommended `{candidate}` ({where}; {kind}), which "
+                                                 f"has no draft model; this notebook studies a draft model, so it "
+                                                 f"uses the profile's draft `{profile_draft}`.")
+    draft = str(found["draft_model"])
+    same = (" (the profile's draft too)" if draft == profile_draft
             else f" instead of the profile's `{profile_draft}`")
-    return DraftChoice(candidate, True, f"notebook 04 recommended `{candidate}` ({where}), so this notebook "
-                                        f"uses it{same}.")
+    return DraftChoice(draft, True, f"notebook 04 recommended `{candidate}` ({where}), so this notebook "
+                                    f"uses it{same}.")

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import yaml
 
 from specdec_helpers.costmodel.verdict import decision_side
-from specdec_helpers.engine.cpu import cpu_serving_format
+from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags
 from specdec_helpers.report.provenance import visible_gpu
 from specdec_helpers.report.record import record, recorded
 from specdec_helpers.report.runs import REPO_ROOT
@@ -21,7 +21,7 @@ from specdec_helpers.report.runs import REPO_ROOT
 REFERENCE_DIR = REPO_ROOT / "data" / "reference"
 #: the CPU classes a reference belongs to (``<profile>-<class>.json``): the format the CPU serves under "auto",
 #: which sets absolute speeds, greedy flips, KV sizes and the verify cost; a plain ``<profile>.json`` has none
-CPU_CLASSES = ("int8", "bf16", "float32")
+CPU_CLASSES = ("int8-amx", "int8", "bf16", "float32")
 DETECT = "detect"
 STATUS_NO_PROFILE = "no reference for this profile"
 STATUS_NO_NOTEBOOK = "no reference for this notebook"
@@ -121,9 +121,17 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool,
     return True, f"differs: check {spec.check}"
 
 
+def cpu_class(served_format: str, flags: str | list[str]) -> str:
+    """A CPU run's class: the format it served, with int8 split by AMX (Intel's tile units multiply int8 several times
+    faster than AVX-512 VNNI alone, so an AMX run's times are not what a VNNI-only AMD EPYC should expect)."""
+    words = flags.split() if isinstance(flags, str) else list(flags)
+    return "int8-amx" if served_format == "int8" and any(w.startswith("amx") for w in words) else served_format
+
+
 def machine_class() -> str | None:
-    """The CPU class of a run on this machine: the format ``served_format = "auto"`` serves here; None on a GPU."""
-    return None if visible_gpu() else cpu_serving_format("auto")
+    """The CPU class of a run on this machine (:func:`cpu_class` of what ``served_format = "auto"`` serves here and
+    the CPU's flags); None on a GPU."""
+    return None if visible_gpu() else cpu_class(cpu_serving_format("auto"), cpu_speed_flags())
 
 
 def reference_file(profile: str, reference_dir: str | Path | None = None,

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from conftest import vllm_processes
 
-from specdec_helpers.engine.spec_config import is_lookup
 from tools.profiles import load_profile
 from tools.run_series import execute, execution_order, find_notebooks
 
@@ -221,10 +220,31 @@ def check_04(r: dict, run_dir: Path) -> None:
         else:  # too few prompts for an interval: none is computed, and no verdict is drawn
             assert _missing(c["speedup_ci_low"]) and _missing(c["speedup_ci_high"]), c
         assert c["speedup_min"] <= c["measured_speedup"] <= c["speedup_max"]
-    assert r["recommendation"]["candidate"] in by_name
+    from specdec_helpers.costmodel.verdict import measured_reliably
+    params = load_profile("cpu-tiny", smoke=True)
+    reliable = [c for c in r["candidates"] if measured_reliably(c["n_pairs"], c["n_flagged"], params["min_pairs"])]
     rec = r["recommendation"]
-    assert rec["reading"].startswith("no verdict") and rec["worth_it"] is False  # 2 prompts: the rule says so
-    assert 0 <= r["recommendation"]["num_speculative_tokens"] <= 8
+    if not reliable:  # nothing measured reliably: no pick, and the reason is recorded for 05 and 06
+        assert rec["candidate"] is None and "no candidate" in rec["reason"], rec
+    else:  # the pick is the best reliably measured candidate, with the configuration its server ran
+        assert rec["candidate"] == max(reliable, key=lambda c: c["measured_speedup"])["candidate"]
+        assert rec["method"] == by_name[rec["candidate"]]["method"]
+        assert (rec["draft_model"] == rec["candidate"]) == (rec["method"] == "draft_model")
+        assert rec["reading"].startswith("no verdict") and rec["worth_it"] is False  # 2 prompts: the rule says so
+        assert 0 <= rec["num_speculative_tokens"] <= 8
+    assert {c["candidate"]: c["method"] for c in r["candidates"]} == {
+        "ngram": "ngram", "traffic": "custom_class", "my-lookup": "custom_class", "smollm2-draft-2l": "draft_model"}
+    # the A/A control: two identical baselines, every ratio of the paired design, 2 prompts per class
+    aa = {row["ratio"]: row for row in r["aa_control"]}
+    assert set(aa) == {"decode (engine)", "end to end", "time to first token", "one-token step"}
+    assert all(row["pairs"] == 4 and row["min"] <= row["median"] <= row["max"] for row in aa.values()), aa
+    # the decomposition: decode speedup = tokens per step / time per step, per candidate
+    for row in r["decomposition"]:
+        assert row["tokens_per_step"] >= 1.0 and row["time_per_step"] > 0, row
+        if row["method"] == "draft_model":  # a draft at every step: no plain step to time
+            assert _missing(row["plain_step_ratio"]), row
+    assert {"flag_reason", "ttft_ratio", "verify_k_plus_1", "plain_step_ratio"} <= set(pairs.columns)
+    assert (pairs["flag_reason"].fillna("") != "").sum() == pairs["flagged"].sum()
     # handed to 05/06 through the run's records, with the target it was measured for
     assert r["recommendation"]["target_model"] == "smollm2-135m-instruct"
     from specdec_helpers.report.record import run_records
@@ -246,9 +266,13 @@ def check_04(r: dict, run_dir: Path) -> None:
     assert any("manifest.json" in row["source"] for row in contrast)  # distilled drafts not measured live
     # section 6: the best draft model measured at every k of the sweep, per class; the best k is the measured
     # maximum, and the model's curve is the cost model from the one alpha measured at the notebook's k
+    drafted = [c for c in reliable if c["method"] == "draft_model"]
+    if not drafted:  # no draft model measured reliably: nothing to sweep
+        assert "k_sweep" not in r
+        assert r["preflight_passed"] is True
+        _compared_with_the_reference(r)
+        return
     sweep = r["k_sweep"]
-    drafted = [c for c in r["candidates"] if not is_lookup(c["candidate"]) and c["candidate"] != "my-lookup"]
-    params = load_profile("cpu-tiny", smoke=True)
     points = sweep["points"]
     assert {p["class"] for p in points} == {"structured", "creative"}
     assert {p["k"] for p in points} == set(params["k_sweep"]) | {sweep["k_at_alpha"]}
@@ -263,7 +287,7 @@ def check_04(r: dict, run_dir: Path) -> None:
                 theory.predicted_speedup(sweep["alpha_at_k"][cls], p["k"], sweep["c"], verify), abs=5e-3)
         assert sweep["best_k_model"][cls] == max(mine, key=lambda p: p["model_from_one_k"])["k"]
         assert sweep["talk_range_holds"][cls] == (3 <= sweep["best_k_measured"][cls] <= 5)
-    assert sweep["candidate"] == max(drafted, key=lambda c: c["measured_speedup"] if c["n_pairs"] else -1)["candidate"]
+    assert sweep["candidate"] == max(drafted, key=lambda c: c["measured_speedup"])["candidate"]
     # the configuration measured twice (section 3 and the sweep at the profile's k) is compared, not hidden
     same = r["self_check"]
     sweep_point = next(p for p in points if p["class"] == "structured" and p["k"] == sweep["k_at_alpha"])
@@ -639,3 +663,80 @@ def test_07_gives_one_verdict_for_a_classless_file_measured_with_lookups_only(tm
     assert any("(the only class)" in line for line in r["findings"])
     assert {s["candidate"] for s in r["ranking"]} == {"ngram", "traffic"}
     assert r["speedups_in_run"] == [] and (tmp_path / "report_07_is_it_worth_it.md").exists()
+
+
+# --- What a run can measure in 04, and what follows -------------------------------------------------------------
+# 05 and 06 read 04's recommendation from the run's records; 07 applies 04's reliability rule to its own candidates.
+# Each test below puts a run folder in one state 04 can leave it in (a recommendation of a proposer written in a cell,
+# none, a 04 that failed) and runs the notebook that follows on real cpu-tiny engines.
+
+def _run_after(notebook_stem: str, tmp_path: Path, monkeypatch, series_pool, params: dict | None = None):
+    from specdec_helpers.engine.pool import NOTEBOOK_ENV
+
+    mark = f"{notebook_stem}-after-04-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
+    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: notebook_stem}.items():
+        monkeypatch.setenv(name, value)
+    run = execute(next(n for n in NOTEBOOKS if n.stem == notebook_stem),
+                  load_profile("cpu-tiny", smoke=True) | (params or {}), tmp_path)
+    _assert_no_server_survived(mark, shared={e.pgid for e in series_pool.running()})
+    assert run.ok, f"{notebook_stem} failed: {run.error}\n(executed copy: {run.output})"
+    return run.records
+
+
+def _record_as_04(run_dir: Path, recommendation: dict) -> None:
+    from specdec_helpers.report.record import keep_records_in, record
+
+    keep_records_in(run_dir, "04_choosing_a_draft")
+    record("recommendation", recommendation)
+
+
+@pytest.mark.notebook
+def test_05_runs_after_04_recommended_the_proposer_written_in_its_cell(tmp_path: Path, monkeypatch, series_pool):
+    """04 can pick `my-lookup`, a proposer class its cell wrote (method custom_class): no model of that name exists,
+    so 05 must read the kind from the configuration and study the profile's draft (it crashed with UnknownModelError
+    when the kind came from the name)."""
+    _record_as_04(tmp_path, {"candidate": "my-lookup", "method": "custom_class", "draft_model": None,
+                             "num_speculative_tokens": 4, "measured_speedup": 1.45, "n_pairs": 1,
+                             "target_model": "smollm2-135m-instruct"})
+    r = _run_after("05_structured_vs_creative", tmp_path, monkeypatch, series_pool)
+    assert r["draft_choice"] == {"draft_model": "smollm2-draft-4l", "from_recommendation": False}
+    assert r["acceptance"]["structured@0"] > r["acceptance"]["creative@0"]
+
+
+@pytest.mark.notebook
+def test_06_runs_after_04_measured_no_candidate_reliably(tmp_path: Path, monkeypatch, series_pool):
+    _record_as_04(tmp_path, {"candidate": None, "target_model": "smollm2-135m-instruct",
+                             "reason": "no candidate had 2 pairs kept by the physics guard and fewer flagged"})
+    r = _run_after("06_context_and_concurrency", tmp_path, monkeypatch, series_pool)
+    assert "recommended nothing" in r["draft_source"] and "smollm2-draft-4l" in r["draft_source"]
+
+
+@pytest.mark.notebook
+def test_07_gives_no_yes_when_no_candidate_was_measured_reliably(tmp_path: Path, monkeypatch, series_pool):
+    """A run whose every candidate falls short of 04's rule (here: min_pairs above the pairs measured) ranks none and
+    enables nothing, and says why, instead of ranking whatever pairs survived the physics guard."""
+    r = _run_after("07_is_it_worth_it", tmp_path, monkeypatch, series_pool,
+                   {"min_pairs": 99, "draft_candidates": ["ngram", "smollm2-draft-2l"]})
+    assert r["ranking"] == [] and {s["candidate"] for s in r["not_reliable"]} == {"ngram", "smollm2-draft-2l"}
+    assert r["verdict"]["enable"] is False and not any(v["enable"] for v in r["verdict_by_class"].values())
+    assert any("not measured reliably" in line for line in r["findings"])
+
+
+@pytest.mark.notebook
+def test_a_series_whose_04_fails_runs_05_and_still_writes_its_report(tmp_path: Path, monkeypatch, series_pool):
+    """`make run` goes on past a failed notebook: 04 dies in its first code cell (a draft that does not exist), 05
+    runs on the profile's draft and says why, index.html names the failure, and the run exits non-zero."""
+    from tools import run_series
+
+    for name, value in series_pool.environment().items():
+        monkeypatch.setenv(name, value)
+    code = run_series.main(["--profile", "cpu-tiny", "--smoke", "--notebooks", "04", "05", "--no-preflight",
+                            "--set", 'draft_candidates=["no-such-draft"]', "--out", str(tmp_path)])
+    assert code == 1
+    run_dir = next(tmp_path.iterdir())
+    page = (run_dir / "index.html").read_text()
+    assert "Failed:</b> 04_choosing_a_draft" in page
+    from specdec_helpers.report.record import run_records
+    choice = run_records(run_dir, "05_structured_vs_creative")["draft_choice"]
+    assert choice == {"draft_model": "smollm2-draft-4l", "from_recommendation": False}

@@ -49,3 +49,18 @@ def test_the_report_leads_with_the_verdicts_and_05s_figure_then_the_notebooks(tm
     assert "Failed:</b> 06_context_and_concurrency" in page and "notebook 04: 1" in page  # what the run flagged
     assert page.index("<details><summary>its 2 recorded values (raw)") > by_notebook  # raw records, collapsed
     assert "on AMD EPYC (2 cores)" in page and "4 of 5 notebooks ran" in page
+
+
+def test_the_report_counts_every_notebooks_flagged_pairs_and_shows_the_a_a_noise_floor(tmp_path):
+    runs = fake_run(tmp_path)
+    runs[1].records["aa_control"] = [
+        {"ratio": "decode (engine)", "pairs": 8, "median": 1.01, "ci_low": 0.97, "ci_high": 1.04, "min": 0.9, "max": 1.1},
+        {"ratio": "end to end", "pairs": 8, "median": 0.99, "ci_low": None, "ci_high": None, "min": 0.8, "max": 1.2}]
+    runs[4].records["flagged"] = ["traffic: s02: 1.24x decode, 1.41x end to end > bound 1.10x",
+                                  "ngram: s05: 1.30x decode, 1.30x end to end > bound 1.05x"]
+    page = runner.write_index(tmp_path, runs, "cpu-coder", {}).read_text()
+    assert "Flagged: 3 measured pair(s)" in page and "notebook 04: 1, notebook 07: 2" in page  # 07's count too
+    floor = page[page.index("Noise floor"):]
+    assert "decode (engine) 1.01x (95% interval 0.97-1.04, 8 pairs)" in floor
+    assert "end to end 0.99x (range 0.80-1.20, 8 pairs)" in floor  # no interval: the range
+    assert page.index("Noise floor") < page.index("Do not enable speculative decoding")  # next to the verdicts

@@ -336,24 +336,38 @@ def test_04_defines_coverage_as_the_summaries_compute_it():
 
 
 def test_05_defines_the_draft_rule_that_06_reuses():
-    from specdec_helpers.engine.spec_config import is_lookup
     from specdec_helpers.report import recommendation
 
     ns = notebook_names("05_structured_vs_creative.ipynb", "draft_rule",
-                        extra={"DraftChoice": recommendation.DraftChoice, "is_lookup": is_lookup})
+                        extra={"DraftChoice": recommendation.DraftChoice})
+    where = "recorded by notebook 04 in this run (x)"
+    draft = {"candidate": "d-small", "method": "draft_model", "draft_model": "d-small", "target_model": "t"}
     cases = [(None, "no recommendation recorded by notebook 04 in runs/x"),
-             ({"candidate": "ngram", "target_model": "t"}, "recorded by notebook 04 in this run (x)"),
-             ({"candidate": "d-small", "target_model": "other"}, "recorded by notebook 04 in this run (x)"),
-             ({"candidate": "d-small", "target_model": "t"}, "recorded by notebook 04 in this run (x)"),
-             ({"candidate": "d-profile"}, "recorded by notebook 04 in this run (x)")]
-    for found, where in cases:
-        assert ns["draft_rule"](found, where, "d-profile", "t") == recommendation.draft_rule(found, where, "d-profile",
-                                                                                            "t")
-    assert ns["draft_rule"]({"candidate": "d-small", "target_model": "t"}, "x", "d-profile", "t").draft_model == "d-small"
-    for lookup in ("ngram", "traffic"):  # a lookup method is not a draft model: the profile's draft
-        found = {"candidate": lookup, "target_model": "t"}
-        assert ns["draft_rule"](found, "x", "d-profile", "t") == recommendation.draft_rule(found, "x", "d-profile", "t")
+             ({"candidate": "ngram", "method": "ngram", "draft_model": None, "target_model": "t"}, where),
+             ({"candidate": "my-lookup", "method": "custom_class", "draft_model": None, "target_model": "t"}, where),
+             ({"candidate": "my-lookup", "target_model": "t"}, where),  # a record without its configuration
+             ({"candidate": None, "target_model": "t", "reason": "nothing measured reliably"}, where),
+             ({**draft, "target_model": "other"}, where), (draft, where),
+             ({"candidate": "d-profile", "method": "draft_model", "draft_model": "d-profile"}, where)]
+    for found, at in cases:
+        assert ns["draft_rule"](found, at, "d-profile", "t") == recommendation.draft_rule(found, at, "d-profile", "t")
+    assert ns["draft_rule"](draft, "x", "d-profile", "t").draft_model == "d-small"
+    for found, _ in cases[1:6]:  # no draft model (or no recommendation, or another target): the profile's draft
         assert ns["draft_rule"](found, "x", "d-profile", "t").draft_model == "d-profile"
+
+
+def test_04_defines_the_reliability_rule_07_applies():
+    from specdec_helpers.costmodel import verdict
+
+    ns = notebook_names("04_choosing_a_draft.ipynb", "measured_reliably")
+    for kept in range(0, 10):
+        for flagged in range(0, 10):
+            for minimum in (1, 2, 3, 6):
+                assert ns["measured_reliably"](kept, flagged, minimum) == verdict.measured_reliably(kept, flagged,
+                                                                                                    minimum)
+    # the case: 1 pair kept of 4, 3 flagged, is not a basis for a pick; 4 clean pairs are
+    assert not verdict.measured_reliably(1, 3, 3) and verdict.measured_reliably(4, 0, 3)
+    assert not verdict.measured_reliably(3, 3, 3)  # a flagged half is not fewer flagged than kept
 
 
 def test_04_defines_the_paired_speedup_and_the_verdict_rule_the_helpers_apply():

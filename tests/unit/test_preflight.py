@@ -358,6 +358,7 @@ SIZES_NOT_SENT = {
     "context_tokens": "07's memory plan for a GPU, not a request",
     "loop_prompts_per_class": "01 sends a subset of the prompt sets (checked), one server at a time",
     "loop_max_tokens": "01's answers, at most max_tokens (asserted below)",
+    "aa_prompts_per_class": "04's A/A control sends a subset of the prompt sets (checked) with max_tokens",
 }
 
 

@@ -23,18 +23,38 @@ def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):
 
 
 def test_choose_draft_uses_a_recorded_draft_model_recommendation(tmp_path):
-    _record_as_04(tmp_path, {"candidate": "draft-b", "target_model": "target"})
+    _record_as_04(tmp_path, {"candidate": "draft-b", "method": "draft_model", "draft_model": "draft-b",
+                             "target_model": "target"})
     choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-b" and choice.from_recommendation
     assert "instead of the profile's" in choice.reason
 
 
-@pytest.mark.parametrize("saved, why", [({"candidate": "ngram", "target_model": "target"}, "lookup method"), ({"candidate": "traffic", "target_model": "target"}, "lookup method"),
-                                        ({"candidate": "draft-b", "target_model": "other"}, "measured for target")])
-def test_choose_draft_ignores_ngram_and_other_targets(tmp_path, saved, why):
+# every outcome notebook 04 can record: the kind of a candidate comes from the configuration its server ran, not from
+# its name (a proposer written in a notebook cell, "my-lookup", is no name the package knows)
+@pytest.mark.parametrize("saved, why", [
+    ({"candidate": "ngram", "method": "ngram", "draft_model": None, "target_model": "target"}, "method: ngram"),
+    ({"candidate": "traffic", "method": "custom_class", "draft_model": None, "target_model": "target"},
+     "method: custom_class"),
+    ({"candidate": "my-lookup", "method": "custom_class", "draft_model": None, "target_model": "target"},
+     "has no draft model"),
+    ({"candidate": "suffix", "method": "suffix", "draft_model": None, "target_model": "target"}, "method: suffix"),
+    ({"candidate": "my-lookup", "target_model": "target"}, "no speculative configuration recorded"),
+    ({"candidate": None, "target_model": "target", "reason": "no candidate had 3 pairs kept"}, "recommended nothing"),
+    ({"candidate": "draft-b", "method": "draft_model", "draft_model": "draft-b", "target_model": "other"},
+     "measured for target")])
+def test_choose_draft_takes_the_profile_draft_for_every_outcome_without_a_draft_model(tmp_path, saved, why):
     _record_as_04(tmp_path, saved)
     choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-a" and not choice.from_recommendation and why in choice.reason
+
+
+def test_a_04_that_died_mid_write_leaves_05_the_profile_draft(tmp_path):
+    path = records_file(tmp_path, "04_choosing_a_draft")
+    path.parent.mkdir()
+    path.write_text('{"records": {"recommendation": {"cand')
+    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    assert choice.draft_model == "draft-a" and "cannot be read" in choice.reason
 
 
 def test_records_file_holds_every_record_and_starts_empty_when_the_notebook_runs_again(tmp_path):
@@ -52,7 +72,8 @@ def test_an_executed_notebook_is_read_when_there_is_no_records_file(tmp_path):
     cell = nbformat.v4.new_code_cell("")
     cell.outputs = [nbformat.v4.new_output("display_data", data={
         "application/vnd.specdec.record+json": {"name": "recommendation",
-                                                "value": {"candidate": "draft-c", "target_model": "target"}}})]
+                                                "value": {"candidate": "draft-c", "method": "draft_model",
+                                                          "draft_model": "draft-c", "target_model": "target"}}})]
     nb.cells = [cell]
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nb, tmp_path / "notebooks" / "04_choosing_a_draft.ipynb")

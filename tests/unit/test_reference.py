@@ -166,7 +166,11 @@ def test_the_readme_paragraph_is_rendered_from_the_reference_with_its_intervals(
     text = build_reference.render(data, "results").replace("\n", " ")
     assert "structured output **1.40x** (95% interval 1.21-1.63; 8 prompts; 80% of drafted tokens accepted)" in text
     assert "creative **0.90x** (too few for an interval; 2 prompts; 30%" in text  # never an interval from 2
-    assert "at temperature 1, 1.10x and 0.80x" in text and "draft-a 1.30x" in text
+    assert "at temperature 1, 1.10x and 0.80x" in text
+    # 04's speedups rest on a few prompts each: the README names its pick, not its numbers
+    assert "Notebook 04's pick from its structured prompts: draft-a" in text and "draft-a 1.30x" not in text
+    headline = build_reference.render(data, "headline").replace("\n", " ")
+    assert "no notebook 05 measurement with 8 prompts per class" in headline  # creative had 2: no headline from it
     assert "Stale" not in text
     build_reference.mark_stale(built, "the series changed")
     assert "**Stale**: measured 2026-01-01: the series changed" in build_reference.render(

@@ -82,7 +82,8 @@ def test_no_pool_outside_a_run_and_none_once_its_owner_is_gone(monkeypatch, tmp_
 def test_per_notebook_parameters_apply_to_their_notebook_only_and_smoke_drops_them():
     params = profiles.load_profile("cpu-coder")
     assert profiles.notebook_overrides(params, "05_structured_vs_creative.ipynb") == {"prompts_per_class": 8}
-    assert profiles.notebook_overrides(params, "04_choosing_a_draft.ipynb") == {}
+    assert profiles.notebook_overrides(params, "04_choosing_a_draft.ipynb") == {"k_sweep": []}  # the sweep: -full
+    assert profiles.notebook_overrides(params, "03_memory_budget.ipynb") == {}
     assert profiles.PER_NOTEBOOK not in profiles.load_profile("cpu-coder", smoke=True)
 
 
@@ -137,3 +138,28 @@ def test_an_int8_checkpoint_counts_its_bytes_as_they_are(tmp_path):
     config = {"torch_dtype": "bfloat16", "quantization_config": {"format": "int-quantized"}}
     (model / "config.json").write_text(json.dumps(config))
     assert served_weight_bytes(model, "float32") == 1000
+
+
+@pytest.mark.parametrize("gpu_profile", ["gpu-llama", "gpu-qwen3"])
+def test_every_server_of_a_comparison_runs_the_same_model_runner(tmp_path, gpu_profile):
+    """vLLM 0.32 runs V2 by default where Triton exists and falls back to V1 for custom_class and suffix: a comparison
+    whose servers picked their own runner would measure two engines. Every server the notebooks build (the baseline,
+    n-gram, a proposer class, a draft model: each kind a GPU profile's candidates take) pins one runner."""
+    from specdec_helpers.engine.spec_config import PROPOSERS, custom_config
+
+    params = profiles.load_profile(gpu_profile)
+    target, draft = _model(tmp_path, "target"), _model(tmp_path, "draft")
+    kinds = {"baseline": None, "ngram": ngram_config(4), "custom_class": custom_config(PROPOSERS["traffic"], 4),
+             "draft_model": draft_model_config(draft, 4)}
+    servers = [VLLMServer(target, name=n, speculative_config=c, log_dir=tmp_path) for n, c in kinds.items()]
+    runners = {s.name: s.environment()["VLLM_USE_V2_MODEL_RUNNER"] for s in servers}
+    assert set(runners.values()) == {"0"}, runners  # V1 for all: it serves every method measured
+    heads = [c for c in params["draft_candidates"] if c.startswith("eagle3:")]  # an EAGLE-3 head per GPU target
+    assert len(heads) == 1, params["draft_candidates"]
+    from specdec_helpers.measure.evaluate import candidate_server
+    head = candidate_server(heads[0], target, 4, {"log_dir": tmp_path}, 4)
+    assert head.speculative_config == {"method": "eagle3", "model": heads[0].removeprefix("eagle3:"),
+                                       "num_speculative_tokens": 4}
+    assert head.environment()["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    with pytest.raises(Exception, match="model_runner"):
+        VLLMServer(target, model_runner="v3", log_dir=tmp_path)
