@@ -15,6 +15,7 @@ from specdec_helpers import memory
 from specdec_helpers.engine.cpu import cpu_serving_dtype, cpu_serving_format, server_ram_bytes
 from specdec_helpers.engine.install import KV_BLOCK_TOKENS, vllm_install
 from specdec_helpers.engine.pool import active_pool
+from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import is_draft_model_name
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
 from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
@@ -288,6 +289,11 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
                    memory_max_len if memory_max_len and memory_max_len != max_model_len else None)
     for d in drafts_:
         _check_vocab(report, target, d)
+    # one model runner for every server of a comparison (engine.serving.VLLMServer.model_runner pins it)
+    runner = VLLMServer.__dataclass_fields__["model_runner"].default
+    report.add("model runner", f"{runner.upper()} for every server (VLLM_USE_V2_MODEL_RUNNER="
+               f"{'1' if runner == 'v2' else '0'})",
+               "the same for baseline and candidates", True, order=5)
     return report
 
 

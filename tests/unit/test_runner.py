@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -42,17 +43,22 @@ def test_execute_passes_declared_parameters_and_reads_records(tiny_notebook, tmp
     assert (run_dir / "results" / "tiny.csv").exists()
 
 
-def test_kernels_listen_on_private_sockets_so_the_console_has_no_transport_warning(tiny_notebook, tmp_path, capfd):
+def test_kernels_listen_on_private_sockets_so_the_console_has_no_transport_warning(tiny_notebook, tmp_path, capfd,
+                                                                                    monkeypatch):
     import glob
     import tempfile
 
+    # this test's kernels in a folder of its own: another pytest worker's kernels come and go in the shared /tmp
+    # (a short path: a socket's path has about 100 bytes at most)
+    private = Path(tempfile.mkdtemp(prefix="sk-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "specdec-kernel-*")))
     run = runner.execute(tiny_notebook, {"profile": "cpu-tiny"}, tmp_path / "run")
     assert run.ok, run.error
     console = capfd.readouterr()
     assert "eavesdropping" not in console.err + console.out  # ipykernel's warning for kernels on plain TCP
     assert issubclass(runner.kernel_manager_class(), __import__("jupyter_client").AsyncKernelManager)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "specdec-kernel-*"))) <= before  # sockets removed
+    assert before == set() and not glob.glob(str(private / "specdec-kernel-*"))  # its sockets' folder removed
 
 
 def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
