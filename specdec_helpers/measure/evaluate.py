@@ -147,7 +147,7 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     (a lookup's): what the server's configuration costs (u > 1) or gives (u < 1) apart from speculation; the
     candidate's median over its pairs scales every target step of that server in the guard and in c (1 where it
     cannot be measured: a draft model drafts at every step). ``decode_bound`` = tokens per step /
-    ((f * v(k+1) + 1 - f) * u): the most any drafting could give, with verification at the low end of its interval
+    ((f * v(k+1) + 1 - f) * min(u, 1)): the most any drafting could give, with verification at the low end of its interval
     measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup, or end
     to end speedup, is above it (end to end: above max(bound, 1), since prefill is the same work on both servers or
     more with a draft) measured the machine, not speculation: ``flagged``, and kept out of every statistic that
@@ -175,7 +175,9 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     u = u_pair.groupby(pairs["server"]).transform("median").fillna(1.0)
     c = [theory.c_from_step(r / uu, k, vv, ff) if np.isfinite(r) and np.isfinite(ff) else math.nan
          for r, uu, vv, ff in zip(step_ratio, u, v, f)]
-    bound = decoded / steps / ((f * v_low + 1 - f) * u)
+    # u < 1 (plain steps faster than the baseline's) raises what the pair can reach; u > 1 never lowers the bound: a
+    # slower configuration cannot make a pair faster than physics, and a noisy u would flag honest slow pairs
+    bound = decoded / steps / ((f * v_low + 1 - f) * np.minimum(u, 1.0))
     decode_speedup = pairs["engine_decode_tokens_per_s"] / pairs["baseline_engine_decode_tokens_per_s"]
     speedup = pairs["baseline_s_per_token"] / pairs["s_per_token"]
     over_decode, over_e2e = decode_speedup > bound, speedup > np.maximum(bound, 1.0)

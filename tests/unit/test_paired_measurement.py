@@ -149,3 +149,37 @@ def test_summarize_candidate_on_recorded_rows_matches_the_hand_computed_numbers(
     # a class's summary reads only that class's rows, with the c it is given (not fitted to its own timings)
     assert evaluate.summarize_candidate("draft", pd.DataFrame(rows), _baseline(), k=K, max_k=8, by_class="creative",
                                         c=0.1)["n_pairs"] == 0
+
+
+def _lookup_pair(prompt: str, block: int, *, spec_decode_s: float, plain_step_s: float, e2e_s: float | None = None):
+    """A lookup's request: 4 drafted steps of 40 (1 accepted token each, f = 0.11), its one-token steps timed from the
+    stream; the baseline's one-token steps 0.1 s."""
+    base, spec = _pair(prompt, block, spec_decode_s=spec_decode_s, drafts=4, accepted=4)
+    base |= {"one_token_steps": 40, "one_token_step_s": 0.1}
+    spec |= {"one_token_steps": 32, "one_token_step_s": plain_step_s, "method": "ngram"}
+    if e2e_s is not None:
+        spec["e2e_s"] = e2e_s
+    return [base, spec]
+
+
+def test_a_slower_configuration_is_measured_apart_from_speculation_and_never_flags_an_honest_slow_pair():
+    """n-gram's plain steps ran ~1.3x the baseline's on an AMD EPYC: that is the configuration's cost (u), divided
+    out of c, and it must not tighten the physics bound (a noisy u > 1 flagged honest pairs at 0.92x)."""
+    rows = pd.DataFrame(sum((_lookup_pair(f"p{i}", i, spec_decode_s=4.3, plain_step_s=0.13) for i in range(4)), []))
+    table = evaluate.pair_table(rows, _baseline(), K)
+    assert table["plain_step_ratio"].iloc[0] == pytest.approx(1.3) and not table["flagged"].any()
+    # the bound is the free-drafting one: tokens per step over (f * v_low(k+1) + 1 - f), u > 1 not applied
+    f = 4 / 36
+    assert table["decode_bound"].iloc[0] == pytest.approx((40 / 36) / (f * VERIFY_LOW(K + 1) + 1 - f))
+    # c with u divided out: the step ratio over u, run backwards through the cost model
+    step_ratio = (4.3 / 36) / 0.1
+    assert table["c_in_server"].iloc[0] == pytest.approx(theory.c_from_step(step_ratio / 1.3, K, VERIFY(K + 1), f))
+
+
+def test_an_end_to_end_speedup_above_what_decoding_allows_is_flagged():
+    # decode 0.98x (allowed), but end to end 1.3x: prefill is the same work on both servers, so that is noise
+    rows = pd.DataFrame(_lookup_pair("p0", 0, spec_decode_s=4.08, plain_step_s=0.1, e2e_s=3.3)
+                        + _lookup_pair("p1", 1, spec_decode_s=4.08, plain_step_s=0.1))
+    table = evaluate.pair_table(rows, _baseline(), K).set_index("prompt_id")
+    assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "end to end above bound"
+    assert not table.loc["p1", "flagged"] and table.loc["p1", "flag_reason"] == ""
