@@ -55,8 +55,9 @@ class StreamResult:
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
                 top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None,
                 on_chunk: Callable[[str, int | None, float], None] | None = None) -> StreamResult:
-    """One streamed chat completion, timed on the client. ``on_chunk(text, completion_tokens or None, time)`` sees
-    each chunk as it arrives (the live demo); it then asks vLLM for the token count on every chunk."""
+    """One streamed chat completion, timed on the client; vLLM's running token count on every chunk times each engine
+    step (``StreamResult.steps``). ``on_chunk(text, completion_tokens or None, time)`` sees each chunk as it arrives
+    (the live demo)."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
         model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
