@@ -67,6 +67,34 @@ pip_install() {  # pip install -r requirements with optional extra index; stderr
     echo "$key" > "$env/.specdec-pins"
     touch "$env/.specdec-complete"
   fi
+  # packages PyPI ships only as sources (requirements/<kind>-sdist.txt): built once into a cached wheel, keyed by the
+  # line and the environment; a failed build warns with its log and leaves the environment usable without them
+  sdists="$root/requirements/$kind-sdist.txt"
+  if [ -f "$sdists" ]; then
+    grep -v '^[[:space:]]*#' "$sdists" | grep -v '^[[:space:]]*$' | while read -r line; do
+      spec=${line%% build:*}; spec=${spec%% }
+      deps=""; case "$line" in *" build: "*) deps=${line#* build: };; esac
+      skey=$(echo "$line $key" | sha256sum | cut -c1-16)
+      [ -f "$env/.specdec-sdist-$skey" ] && continue
+      wheels="$cache/wheels/$skey"
+      [ -f "$wheels.failed" ] && continue  # said once when it failed; delete that file to try again
+      if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
+        echo ">> building $spec from its source (first run only; about a minute)" >&2
+        build=$(mktemp -d); blog="$cache/wheels/$skey.log"; mkdir -p "$wheels"
+        if ! { "$env/bin/python" -m pip install --disable-pip-version-check -q --target "$build/deps" $deps &&
+               PATH="$build/deps/bin:$PATH" PYTHONPATH="$build/deps" CMAKE_ARGS="-DPython_EXECUTABLE=$env/bin/python" \
+               CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$env/bin/python" -m pip wheel --disable-pip-version-check -q \
+                 --no-deps --no-build-isolation --no-binary :all: -w "$wheels" "$spec"; } >"$blog" 2>&1; then
+          echo "with_env.sh: building $spec failed; the series runs without it (its candidate is skipped and the" \
+               "notebook says why). Build log: $blog; to try again: rm $wheels.failed" >&2
+          rm -rf "$build" "$wheels"; touch "$wheels.failed"; continue
+        fi
+        rm -rf "$build"
+      fi
+      "$env/bin/python" -m pip install --disable-pip-version-check -q --no-deps "$wheels"/*.whl \
+        && touch "$env/.specdec-sdist-$skey"
+    done
+  fi
   # reinstalled when it points at another clone, or when pyproject.toml changed (its entry points, e.g. the
   # vLLM plugin's module path, live in the installed metadata)
   project=$( { echo "$root"; cat "$root/pyproject.toml"; } | sha256sum | cut -c1-16)

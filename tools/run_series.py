@@ -267,12 +267,13 @@ def _flagged(runs: list[NotebookRun]) -> str | None:
     for r in runs:
         n = sum(int(c.get("n_flagged") or 0) for c in r.records.get("candidates", []) if isinstance(c, dict))
         n += len(r.records.get("flagged") or []) + len(r.records.get("context_flagged") or [])
+        n += int(r.records.get("k_sweep_flagged") or 0)  # 04's k sweep
         if n:
             counts[r.name[:2]] = n
     if not counts:
         return None
-    return (f"Flagged: {sum(counts.values())} measured pair(s) faster than the physics bound allows (drift, not "
-            "speculation), left out of every statistic: " + ", ".join(f"notebook {k}: {n}" for k, n in counts.items())
+    return (f"Flagged: {sum(counts.values())} measured pair(s) faster than the physics bound allows (drift or a "
+            "difference between servers, not speculation), left out of every statistic: " + ", ".join(f"notebook {k}: {n}" for k, n in counts.items())
             + ".")
 
 

@@ -36,12 +36,19 @@ def speedup_reading(point: float, low: float, high: float, n: int, min_gain: flo
     return NOT_DISTINGUISHABLE
 
 
-def measured_reliably(n_kept: int, n_flagged: int, min_pairs: int) -> bool:
+#: notebook 04's floor for a reliable in-server c: a proposer cannot cost less than nothing, and a median c this far
+#: below 0 is a server whose steps are faster than the baseline's, not timing noise around a free proposer
+C_FLOOR = -0.1
+
+
+def measured_reliably(n_kept: int, n_flagged: int, min_pairs: int, c_in_server: float | None = math.nan) -> bool:
     """Notebook 04's rule (a test runs both) for whether a candidate's pairs can decide anything (a pick, a rank, a
-    verdict): at least ``min_pairs`` pairs kept by the physics guard, and fewer flagged than kept. A candidate whose
-    pairs mostly broke the bound was measured on a server that differs from its baseline by more than speculation
-    explains; whatever pairs survive are the luckiest, not a sample."""
-    return int(n_kept) >= int(min_pairs) and int(n_flagged) < int(n_kept)
+    verdict): at least ``min_pairs`` pairs kept by the physics guard, fewer flagged than kept, and an in-server c (the
+    median over the kept pairs; NaN where none drafted) not below ``C_FLOOR``. A candidate whose pairs mostly broke
+    the bound was measured on a server that differs from its baseline by more than speculation explains; whatever
+    pairs survive are the luckiest, not a sample."""
+    cheap_beyond_physics = c_in_server is not None and float(c_in_server) < C_FLOOR  # NaN: nothing drafted
+    return int(n_kept) >= int(min_pairs) and int(n_flagged) < int(n_kept) and not cheap_beyond_physics
 
 
 def decision_side(speedup: float, min_gain: float = MIN_GAIN) -> str:

@@ -197,8 +197,10 @@ class VLLMServer:
             inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
             env["PYTHONPATH"] = os.pathsep.join([*map(_absolute, self.python_path), *inherited])
         env["VLLM_USE_V2_MODEL_RUNNER"] = {"v1": "0", "v2": "1"}[self.model_runner]
+        env["VLLM_PLUGINS"] = SERIES_PLUGINS
         if self.on_cpu:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
+            env["NUMBA_THREADING_LAYER"] = CPU_NUMBA_THREADING_LAYER
             bind = self.cpu_threads_bind
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_default() if bind is None else bind
         return env | self.extra_env
@@ -343,6 +345,15 @@ def remove_orphaned_temp_dirs() -> list[Path]:
 
 #: every server's extra variables: dev mode serves POST /reset_prefix_cache (measure_request, engine.pool)
 POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+#: numba's threading layer in a CPU server. vLLM's n-gram proposer runs a numba parallel loop every step; on numba's
+#: default OpenMP layer that loop shares GNU OpenMP with torch's CPU kernels, and the n-gram server's plain steps took
+#: 1.40x the baseline's (2-core AMD EPYC, int8, Qwen2.5-Coder-1.5B; 1.26x with NUMBA_NUM_THREADS=1). With numba's own
+#: thread pool they took 0.99x: docs/measuring.md, "Two servers". No other method uses numba; the baseline is unaffected.
+CPU_NUMBA_THREADING_LAYER = "workqueue"
+#: the only vLLM plugin a server loads: the series' own (pyproject.toml's ``vllm.general_plugins``). arctic-inference,
+#: installed for suffix decoding, registers one that patches vLLM's engine at start; a comparison must measure the
+#: same vLLM on both sides, and suffix decoding needs only the package's suffix trees, which vLLM imports itself.
+SERIES_PLUGINS = "specdec_cpu_sampling_fix"
 
 
 def _absolute(path: str | os.PathLike) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 NGRAM = "ngram"
 #: proposer classes measured as candidates, by the name profiles and tables use: what vLLM imports (custom_class)
 PROPOSERS = {"traffic": "specdec_helpers.proposers.traffic.TrafficProposer"}
+#: the candidate name of vLLM's suffix decoding (Arctic Inference's suffix trees over the request and earlier answers)
+SUFFIX = "suffix"
 
 
 def ngram_config(num_speculative_tokens: int = 4, prompt_lookup_max: int = 4) -> dict[str, Any]:
@@ -36,9 +38,17 @@ def is_draft_model_name(candidate: str) -> bool:
 
 
 def is_lookup(candidate: str) -> bool:
-    """n-gram lookup or one of the series' proposer classes: drafts found in text, no draft model (c near 0, and a
-    draft only on the steps where a match exists: coverage f < 1)."""
-    return candidate == NGRAM or candidate in PROPOSERS
+    """n-gram lookup, suffix decoding or one of the series' proposer classes: drafts found in text, no draft model (c
+    near 0, and a draft only on the steps where a match exists: coverage f < 1)."""
+    return candidate in (NGRAM, SUFFIX) or candidate in PROPOSERS
+
+
+def suffix_config(num_speculative_tokens: int = 4) -> dict[str, Any]:
+    """vLLM's suffix decoding (``method: "suffix"``, the arctic-inference package): drafts up to k tokens from a suffix
+    tree over this request's prompt and answer so far and a global tree over the answers of the requests the server
+    finished before, the continuation with the highest estimated probability (at least vLLM's
+    ``suffix_decoding_min_token_prob``). What it learns lives in the server: a measurement needs a fresh one."""
+    return {"method": SUFFIX, "num_speculative_tokens": num_speculative_tokens}
 
 
 def custom_config(class_path: str, num_speculative_tokens: int = 4) -> dict[str, Any]:

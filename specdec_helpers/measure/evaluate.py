@@ -6,7 +6,7 @@ guard). Every candidate request is paired with a baseline request on the same pr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -20,10 +20,12 @@ from specdec_helpers.engine.spec_config import (
     EAGLE3_PREFIX,
     NGRAM,
     PROPOSERS,
+    SUFFIX,
     custom_config,
     draft_model_config,
     eagle3_config,
     ngram_config,
+    suffix_config,
 )
 from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
@@ -41,6 +43,9 @@ class Baseline:
     verify_summary: pd.DataFrame  # per n positions: median v, quartiles, 95% interval (phases.summarize_verify_cost)
     verify: theory.VerifyCost  # the medians: what the cost model uses
     verify_low: theory.VerifyCost  # the intervals' lower ends: the physics guard gives verification the doubt
+    #: the most a pair's time-to-first-token ratio (baseline over candidate) strays from 1 between two identical
+    #: servers: set by :func:`aa_control`; NaN (no A/A control yet) leaves time to first token unjudged
+    ttft_noise: float = math.nan
 
 
 def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, time_step: bool = True) -> Baseline:
@@ -78,6 +83,9 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
     python_path: list[str] = []
     if candidate == NGRAM:
         config = ngram_config(k, prompt_lookup_max)
+    elif candidate == SUFFIX:  # what it learns stays in its server: never the run's shared one (learns_in_server)
+        return VLLMServer(target_dir, name=candidate, speculative_config=suffix_config(k),
+                          **(dict(server_options) | {"shared": False}))
     elif candidate in classes:
         class_path, folder = classes[candidate]
         config, python_path = custom_config(class_path, k), [str(folder)]
@@ -98,6 +106,10 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
     c divide by it, so it is measured minutes from the pairs it judges, not at the notebook's start); returns every
     row (the baseline's too) and :func:`summarize_candidate`."""
     server = candidate_server(candidate, Path(baseline.server.model), k, server_options, prompt_lookup_max, proposers)
+    if learns_in_server(server) and repeats > 1:
+        print(f"{candidate}: one repeat, not {repeats} (a second request with the same prompt would draft from the "
+              "server's own answer to the first: a cache, not speculation)")
+        repeats = 1
     rows = measure_paired(baseline.server, [server], prompts, together=together, temperature=temperature,
                           repeats=repeats, max_tokens=max_tokens, provenance=provenance)
     rows = rows.assign(speculative_method=(server.speculative_config or {}).get("method", "none"))
@@ -105,6 +117,28 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
         v, v_low = verify_next_to_pairs(baseline.server, k)
         rows = rows.assign(verify_k_plus_1=v, verify_low_k_plus_1=v_low)
     return rows, summarize_candidate(candidate, rows, baseline, k=k, max_k=max_k)
+
+
+def unavailable_candidates(candidates: Sequence[str]) -> dict[str, str]:
+    """The candidates this environment cannot serve, each with why (a notebook measures the others and says so):
+    suffix decoding without arctic-inference, which ``make env`` builds from source and may have failed to build."""
+    import importlib.util
+
+    missing = {}
+    if SUFFIX in candidates and importlib.util.find_spec("arctic_inference") is None:
+        missing[SUFFIX] = ("vLLM's suffix decoding needs the arctic-inference package, which `make env` builds from "
+                           "source (a C++20 compiler and the Python headers); it is not installed here: see the "
+                           "build log in $SPECDEC_CACHE/wheels, or take `suffix` out of draft_candidates")
+    return missing
+
+
+def learns_in_server(server: VLLMServer) -> bool:
+    """Does this server draft from the answers of requests it served before, including one with the same prompt?
+    vLLM's suffix decoding does (its global tree holds every finished answer), so its measurement starts on a fresh
+    server (not the run's shared one, which earlier notebooks fed the same prompts), is primed with one-token answers
+    (nothing to continue from), and sends each prompt once. The series' ``traffic`` learns too, but never from a
+    request with the same prompt."""
+    return (server.speculative_config or {}).get("method") == SUFFIX
 
 
 #: rounds of the v(k+1) measurement next to each candidate's pairs (3 is the least for a median and an interval)
@@ -148,10 +182,15 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     candidate's median over its pairs scales every target step of that server in the guard and in c (1 where it
     cannot be measured: a draft model drafts at every step). ``decode_bound`` = tokens per step /
     ((f * v(k+1) + 1 - f) * min(u, 1)): the most any drafting could give, with verification at the low end of its interval
-    measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup, or end
-    to end speedup, is above it (end to end: above max(bound, 1), since prefill is the same work on both servers or
-    more with a draft) measured the machine, not speculation: ``flagged``, and kept out of every statistic that
-    decides something."""
+    measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup is above
+    it, or whose end to end speedup is above ``e2e_bound`` (below), measured the machine, not speculation:
+    ``flagged``, and kept out of every statistic that decides something.
+
+    End to end, prefill is the same work on both servers (more with a draft model, which prefills too), so the most a
+    pair can reach is ``e2e_bound`` = (T + D) / (T + D / decode_bound), with T and D the baseline request's time to
+    first token and decode time: a baseline whose prefill was slow by chance tightens it, which is what catches an
+    end-to-end gain that is prefill noise. A time-to-first-token ratio above the A/A control's scatter
+    (``baseline.ttft_noise``) is such noise too and is flagged, where the A/A control ran."""
     rows = analysis.add_time_per_token(rows)
     for column in ("drafts", "accepted_tokens", "one_token_step_s", "one_token_steps"):
         if column not in rows:
@@ -180,7 +219,13 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     bound = decoded / steps / ((f * v_low + 1 - f) * np.minimum(u, 1.0))
     decode_speedup = pairs["engine_decode_tokens_per_s"] / pairs["baseline_engine_decode_tokens_per_s"]
     speedup = pairs["baseline_s_per_token"] / pairs["s_per_token"]
-    over_decode, over_e2e = decode_speedup > bound, speedup > np.maximum(bound, 1.0)
+    prefill = pairs["baseline_ttft_s"]
+    decode_s = (pairs["baseline_e2e_s"] - prefill).clip(lower=0)
+    e2e_bound = (prefill + decode_s) / (prefill + decode_s / bound)
+    ttft_ratio = pairs["baseline_ttft_s"] / pairs["ttft_s"]
+    ttft_noise = getattr(baseline, "ttft_noise", math.nan)
+    over_decode, over_e2e = decode_speedup > bound, speedup > e2e_bound
+    over_ttft = ttft_ratio > ttft_noise if np.isfinite(ttft_noise) else pd.Series(False, index=pairs.index)
     return pd.DataFrame({
         "candidate": pairs["server"], "k": k, "prompt_id": pairs["prompt_id"], "class": pairs["class"],
         "repeat": pairs["repeat"], "temperature": pairs["temperature"],
@@ -189,10 +234,11 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
         "plain_step_ratio": u.where(u_pair.groupby(pairs["server"]).transform("count") > 0),
         "verify_k_plus_1": v, "c_in_server": c, "decode_speedup": decode_speedup,
         "decode_speedup_client": pairs["decode_tokens_per_s"] / pairs["baseline_decode_tokens_per_s"],
-        "speedup": speedup, "ttft_ratio": pairs["baseline_ttft_s"] / pairs["ttft_s"],
+        "speedup": speedup, "ttft_ratio": ttft_ratio,
         "baseline_e2e_s": pairs["baseline_e2e_s"], "e2e_s": pairs["e2e_s"], "decode_bound": bound,
-        "flagged": over_decode | over_e2e,
-        "flag_reason": np.where(over_decode, "decode above bound", np.where(over_e2e, "end to end above bound", ""))})
+        "e2e_bound": e2e_bound, "flagged": over_decode | over_e2e | over_ttft,
+        "flag_reason": np.where(over_decode, "decode above bound", np.where(
+            over_e2e, "end to end above bound", np.where(over_ttft, "time to first token above the A/A scatter", "")))})
 
 
 def relative_spread(values: pd.Series) -> float:
@@ -214,7 +260,10 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     mal = pooled["mean_acceptance_length"]
     alpha_token = theory.alpha_from_mean_acceptance_length(mal, k, clip=True)
     alpha_token = 0.0 if math.isnan(alpha_token) else alpha_token  # no drafts: none accepted
-    c_in_server = float(table["c_in_server"].median()) if table["c_in_server"].notna().any() else math.nan
+    # c from the kept pairs: a flagged pair's steps measured the machine, not the proposer (from all pairs when the
+    # guard kept none with a draft: a description only, since such a candidate decides nothing, 04's rule)
+    c_source = kept if kept["c_in_server"].notna().any() else table
+    c_in_server = float(c_source["c_in_server"].median()) if c_source["c_in_server"].notna().any() else math.nan
     c = c_in_server if c is None else c
     c_model = max(c, 0.0) if np.isfinite(c) else math.nan  # below 0 is noise around free drafting: the model's c >= 0
     ratios = kept["speedup"].dropna()
@@ -246,8 +295,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "decode_spread_engine": relative_spread(kept["decode_speedup"]),
             "decode_spread_client": relative_spread(kept["decode_speedup_client"]),
             "n_flagged": int(len(flagged)),
-            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode, {r.speedup:.2f}x end to end > bound "
-                        f"{r.decode_bound:.2f}x" for r in flagged.itertuples()],
+            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode (bound {r.decode_bound:.2f}x), {r.speedup:.2f}x "
+                        f"end to end (bound {r.e2e_bound:.2f}x), time to first token {r.ttft_ratio:.2f}x"
+                        for r in flagged.itertuples()],
             "method": str(spec["speculative_method"].iloc[0]) if "speculative_method" in spec and len(spec) else "",
             # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
             "tokens_per_step": stat(table["tokens_per_step"], "median"),
@@ -296,7 +346,7 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
                          extra_env={"SPECDEC_ROLE": "A/A control replica"}, **server_options)
     rows = measure_paired(baseline.server, [replica], prompts, together=True, temperature=0.0, repeats=1,
                           max_tokens=max_tokens, provenance=provenance)
-    table = pair_table(rows, baseline, 1)
+    table = pair_table(rows, replace(baseline, ttft_noise=math.nan), 1)
     ratios = {"decode (engine)": table["decode_speedup"], "end to end": table["speedup"],
               "time to first token": table["ttft_ratio"], "one-token step": table["plain_step_ratio_pair"]}
     summary = []
@@ -306,4 +356,7 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
         summary.append({"ratio": what, "pairs": len(values), "median": point, "ci_low": low, "ci_high": high,
                         "min": float(values.min()) if len(values) else math.nan,
                         "max": float(values.max()) if len(values) else math.nan})
+    ttft = table["ttft_ratio"].dropna()
+    # two identical servers' worst time-to-first-token ratio, either way: what a pair's ratio may stray by as noise
+    baseline.ttft_noise = float(max(ttft.max(), 1 / ttft.min())) if len(ttft) else math.nan
     return rows, pd.DataFrame(summary)

@@ -158,11 +158,13 @@ def warm_up(server: VLLMServer, n: int = 2, max_tokens: int = 16) -> None:
                     [{"role": "user", "content": "Say hello in five words."}], max_tokens=max_tokens)
 
 
-def prime(server: VLLMServer, prompts: Sequence, max_tokens: int = 2) -> None:
+def prime(server: VLLMServer, prompts: Sequence, max_tokens: int = 1) -> None:
     """Each measured prompt once, cut to ``max_tokens``, before any is timed: the first requests of a prompt on a
     server can be much slower (on cpu-tiny one took 0.9 s to its first token against 0.07 s after), and that cost
     would land on whichever server of a pair saw the prompt first. The timed requests still prefill in full: each
-    empties the prefix cache first (:func:`measure_request`)."""
+    empties the prefix cache first (:func:`measure_request`). One token by default: a proposer that learns from
+    earlier answers (vLLM's suffix decoding) finds nothing to continue in a one-token answer, so priming teaches it
+    nothing about the answers it is then measured on."""
     for prompt in prompts:
         stream_chat(server.client(), server.served_model_name, prompt.messages, max_tokens=max_tokens)
 

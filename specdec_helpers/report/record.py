@@ -36,7 +36,9 @@ def _plain(value: Any) -> Any:
 
 
 def record(name: str, value: Any) -> Any:
-    """Display ``value`` under ``name`` in our MIME type (and as text for humans)."""
+    """Keep ``value`` under ``name``: in the run's records file and in our MIME type in the executed notebook, where
+    a reader sees nothing (its only other form is an empty HTML part: bookkeeping is not what a learner reads; the
+    cell's own table or figure shows the number)."""
     from IPython.display import display
 
     plain = _plain(value)
@@ -44,7 +46,7 @@ def record(name: str, value: Any) -> Any:
     _recorded[name] = plain
     if _kept:
         _write_json(_kept["path"], {"notebook": _kept["notebook"], "records": _recorded})
-    display({MIME_TYPE: {"name": name, "value": plain}, "text/plain": f"recorded {name} = {plain!r}"}, raw=True)
+    display({MIME_TYPE: {"name": name, "value": plain}, "text/html": ""}, raw=True)
     return value
 
 

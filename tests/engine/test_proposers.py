@@ -55,3 +55,34 @@ def test_proposer_classes_keep_the_answers_draft_and_the_traffic_one_learns(base
     assert traffic.loc[later, "share"].mean() > traffic.loc[first, "share"]
     assert traffic.loc[later, "accepted_tokens"].sum() > lookup.loc[later, "accepted_tokens"].sum()
     print(pd.DataFrame({"lookup": lookup["share"], "traffic": traffic["share"]}).round(2))
+
+
+def test_suffix_decoding_keeps_the_answers_and_a_repeated_prompt_would_measure_its_cache(baseline_server, target_dir,
+                                                                                           log_dir):
+    """vLLM's suffix decoding (arctic-inference, built by `make env`): lossless and counted like every method; it drafts
+    from the answers the server finished before, so the same prompt a second time is drafted from its own first answer
+    (a cache, which is why the notebooks measure it on a fresh server, once per prompt), while one-token priming leaves
+    it nothing to continue. arctic-inference's own vLLM plugin is never loaded (VLLM_PLUGINS)."""
+    from specdec_helpers.engine.serving import SERIES_PLUGINS
+    from specdec_helpers.engine.spec_config import suffix_config
+    from specdec_helpers.measure.requests import prime
+
+    base = measure_prompts([baseline_server], STREAM, temperature=0.0, progress=False).set_index("prompt_id")
+    with VLLMServer(target_dir, name="suffix", speculative_config=suffix_config(K), log_dir=log_dir,
+                    max_model_len=1024, dtype="float32", shared=False) as server:
+        prime(server, STREAM)
+        before = read_spec_counters(server.base_url)
+        rows = measure_prompts([server], STREAM, temperature=0.0, progress=False)
+        counted = read_spec_counters(server.base_url) - before
+        again = measure_prompts([server], STREAM[:1], temperature=0.0, progress=False)
+        plugins = server.environment()["VLLM_PLUGINS"]
+    rows = rows.set_index("prompt_id")
+    assert (rows["text"] == base.loc[rows.index, "text"]).all()  # lossless (float32, greedy)
+    assert counted.drafts > 0 and 0 < counted.accepted_tokens <= counted.draft_tokens
+    assert rows["accepted_tokens"].sum() == counted.accepted_tokens
+    share = rows["accepted_tokens"] / rows["completion_tokens"].clip(lower=1)
+    repeat_share = float(again["accepted_tokens"].iloc[0] / max(again["completion_tokens"].iloc[0], 1))
+    assert again["text"].iloc[0] == rows.loc[STREAM[0].id, "text"]
+    assert repeat_share > max(share.loc[STREAM[0].id], 0.5), (repeat_share, share.loc[STREAM[0].id])
+    assert plugins == SERIES_PLUGINS  # the series' own plugin only: arctic-inference's would patch vLLM
+    print(pd.DataFrame({"suffix": share}).round(2), "\nthe first prompt again:", round(repeat_share, 2))

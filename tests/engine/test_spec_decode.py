@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import requests
 
@@ -125,6 +126,14 @@ def test_paired_requests_alternate_in_time_and_c_follows_from_the_recorded_steps
     table = evaluate.pair_table(rows, base, K).set_index(["prompt_id", "repeat"])
     spec = rows[rows["server"] == "ngram"].set_index(["prompt_id", "repeat"])
     plain_base = rows[rows["server"] == "baseline"].set_index(["prompt_id", "repeat"])
+    # u: the server's one-token steps against the baseline's, its median over the pairs where most of them carried no
+    # draft (1 where none did); it scales every target step of that server
+    plain_ratios = []
+    for key, r in spec.iterrows():
+        plain = max(r["completion_tokens"] - 1 - r["drafts"] - r["accepted_tokens"], 0)
+        if r["one_token_steps"] > 0 and min(plain / r["one_token_steps"], 1.0) >= evaluate.UNDRAFTED_SHARE_FOR_PLAIN_STEP:
+            plain_ratios.append(r["one_token_step_s"] / plain_base.loc[key, "one_token_step_s"])
+    u = float(np.median(plain_ratios)) if plain_ratios else 1.0
     drafted = 0
     for key, r in spec.iterrows():
         decoded = r["completion_tokens"] - 1
@@ -135,8 +144,9 @@ def test_paired_requests_alternate_in_time_and_c_follows_from_the_recorded_steps
         v = base.verify(K + 1)
         if f > 0:
             drafted += 1
-            assert table.loc[key, "c_in_server"] == pytest.approx((ratio - f * v - (1 - f)) / (f * K)), key
-        assert table.loc[key, "decode_bound"] == pytest.approx(decoded / steps / (f * base.verify_low(K + 1) + 1 - f))
+            assert table.loc[key, "c_in_server"] == pytest.approx((ratio / u - f * v - (1 - f)) / (f * K)), key
+        assert table.loc[key, "decode_bound"] == pytest.approx(
+            decoded / steps / ((f * base.verify_low(K + 1) + 1 - f) * min(u, 1.0)))
     assert drafted, "prompt lookup drafted on none of the structured prompts: pick prompts that repeat"
 
 

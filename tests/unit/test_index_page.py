@@ -58,8 +58,9 @@ def test_the_report_counts_every_notebooks_flagged_pairs_and_shows_the_a_a_noise
         {"ratio": "end to end", "pairs": 8, "median": 0.99, "ci_low": None, "ci_high": None, "min": 0.8, "max": 1.2}]
     runs[4].records["flagged"] = ["traffic: s02: 1.24x decode, 1.41x end to end > bound 1.10x",
                                   "ngram: s05: 1.30x decode, 1.30x end to end > bound 1.05x"]
+    runs[1].records["k_sweep_flagged"] = 2  # 04's k sweep flags pairs of its own
     page = runner.write_index(tmp_path, runs, "cpu-coder", {}).read_text()
-    assert "Flagged: 3 measured pair(s)" in page and "notebook 04: 1, notebook 07: 2" in page  # 07's count too
+    assert "Flagged: 5 measured pair(s)" in page and "notebook 04: 3, notebook 07: 2" in page  # 07's count too
     floor = page[page.index("Noise floor"):]
     assert "decode (engine) 1.01x (95% interval 0.97-1.04, 8 pairs)" in floor
     assert "end to end 0.99x (range 0.80-1.20, 8 pairs)" in floor  # no interval: the range

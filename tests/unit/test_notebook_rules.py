@@ -359,12 +359,16 @@ def test_05_defines_the_draft_rule_that_06_reuses():
 def test_04_defines_the_reliability_rule_07_applies():
     from specdec_helpers.costmodel import verdict
 
-    ns = notebook_names("04_choosing_a_draft.ipynb", "measured_reliably")
+    ns = notebook_names("04_choosing_a_draft.ipynb", "measured_reliably", "C_FLOOR")
+    assert ns["C_FLOOR"] == verdict.C_FLOOR
     for kept in range(0, 10):
         for flagged in range(0, 10):
             for minimum in (1, 2, 3, 6):
-                assert ns["measured_reliably"](kept, flagged, minimum) == verdict.measured_reliably(kept, flagged,
-                                                                                                    minimum)
+                for c in (math.nan, None, -0.5, -0.1, -0.05, 0.0, 0.4):
+                    assert ns["measured_reliably"](kept, flagged, minimum, c) == verdict.measured_reliably(
+                        kept, flagged, minimum, c)
+    # the my-lookup: 4 clean pairs would not make a server whose steps beat the baseline's (c = -0.23) a pick
+    assert not verdict.measured_reliably(4, 0, 3, -0.23) and verdict.measured_reliably(4, 0, 3, -0.02)
     # the case: 1 pair kept of 4, 3 flagged, is not a basis for a pick; 4 clean pairs are
     assert not verdict.measured_reliably(1, 3, 3) and verdict.measured_reliably(4, 0, 3)
     assert not verdict.measured_reliably(3, 3, 3)  # a flagged half is not fewer flagged than kept

@@ -91,7 +91,7 @@ def test_the_guard_flags_a_pair_above_the_physics_bound_and_leaves_the_others():
     kept = table[~table["flagged"]]
     assert summary["measured_decode_speedup"] == pytest.approx(kept["decode_speedup"].median())
     assert summary["decode_speedup_max"] == pytest.approx(kept["decode_speedup"].max())
-    assert summary["c_in_server"] == pytest.approx(table["c_in_server"].median())
+    assert summary["c_in_server"] == pytest.approx(kept["c_in_server"].median())  # c from the kept pairs only
     assert summary["total_time_speedup"] == pytest.approx(kept["baseline_e2e_s"].sum() / kept["e2e_s"].sum())
 
 
@@ -183,3 +183,36 @@ def test_an_end_to_end_speedup_above_what_decoding_allows_is_flagged():
     table = evaluate.pair_table(rows, _baseline(), K).set_index("prompt_id")
     assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "end to end above bound"
     assert not table.loc["p1", "flagged"] and table.loc["p1", "flag_reason"] == ""
+
+
+def _with_prefill(pair: list[dict], baseline_ttft_s: float) -> list[dict]:
+    """The pair with the baseline request's prefill slower by chance: its time to first token and end to end grow."""
+    base, spec = pair
+    extra = baseline_ttft_s - base["ttft_s"]
+    return [base | {"ttft_s": baseline_ttft_s, "e2e_s": base["e2e_s"] + extra}, spec]
+
+
+def test_an_end_to_end_gain_from_a_slow_baseline_prefill_is_flagged_even_below_the_decode_bound():
+    """Prefill is the same work on both servers, so end to end a pair reaches at most (T + D) / (T + D / bound): the
+    baseline's prefill took 3 s by chance here, which made a 1.6x decode look 2.6x end to end (under the decode bound
+    of 2.86x, so max(bound, 1) let it through)."""
+    rows = pd.DataFrame(_with_prefill(_pair("p0", 0, spec_decode_s=2.5), 3.0) + _pair("p1", 1, spec_decode_s=2.5))
+    table = evaluate.pair_table(rows, _baseline(), K).set_index("prompt_id")
+    bound = 4.0 / VERIFY_LOW(K + 1)
+    assert table.loc["p0", "speedup"] < table.loc["p0", "decode_bound"] == pytest.approx(bound)
+    assert table.loc["p0", "e2e_bound"] == pytest.approx((3.0 + 4.0) / (3.0 + 4.0 / bound))
+    assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "end to end above bound"
+    assert table.loc["p1", "e2e_bound"] == pytest.approx((0.2 + 4.0) / (0.2 + 4.0 / bound))
+    assert not table.loc["p1", "flagged"]
+
+
+def test_a_time_to_first_token_ratio_beyond_the_a_a_scatter_is_flagged_once_the_a_a_control_ran():
+    # the baseline's prefill 0.5 s against the candidate's 0.2 s (2.5x), end to end still within its bound
+    rows = pd.DataFrame(_with_prefill(_pair("p0", 0, spec_decode_s=2.5), 0.5) + _pair("p1", 1, spec_decode_s=2.5))
+    unjudged = evaluate.pair_table(rows, _baseline(), K).set_index("prompt_id")
+    assert unjudged.loc["p0", "ttft_ratio"] == pytest.approx(2.5) and not unjudged["flagged"].any()
+    armed = _baseline()
+    armed.ttft_noise = 1.5  # two identical servers strayed by at most 1.5x
+    table = evaluate.pair_table(rows, armed, K).set_index("prompt_id")
+    assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "time to first token above the A/A scatter"
+    assert not table.loc["p1", "flagged"]

@@ -109,7 +109,7 @@ def test_overrides_are_yaml_and_existing_paths_become_absolute(tmp_path, monkeyp
 def test_smoke_overrides_fit_each_profile_kind():
     tiny = load_profile("cpu-tiny", smoke=True)
     assert tiny["max_tokens"] == 24 and tiny["prompt_lengths"] == [32, 256, 1024]
-    assert tiny["draft_candidates"] == ["ngram", "traffic", "smollm2-draft-2l"]
+    assert tiny["draft_candidates"] == ["ngram", "traffic", "suffix", "smollm2-draft-2l"]
     for gpu in ("gpu-llama", "gpu-qwen3"):
         full, smoke = load_profile(gpu), load_profile(gpu, smoke=True)
         # a GPU profile keeps drafts that share its target's tokenizer, and its own models

@@ -163,3 +163,21 @@ def test_every_server_of_a_comparison_runs_the_same_model_runner(tmp_path, gpu_p
     assert head.environment()["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     with pytest.raises(Exception, match="model_runner"):
         VLLMServer(target, model_runner="v3", log_dir=tmp_path)
+
+
+def test_every_server_loads_only_the_series_plugin_named_in_pyproject(tmp_path):
+    """arctic-inference (installed for suffix decoding) registers a vLLM plugin that patches the engine at start: every
+    server, a suffix one too, names only the series' own plugin, the entry point pyproject.toml declares."""
+    import tomllib
+    from pathlib import Path
+
+    from specdec_helpers.engine.serving import SERIES_PLUGINS
+    from specdec_helpers.measure.evaluate import candidate_server
+
+    declared = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert SERIES_PLUGINS in declared["project"]["entry-points"]["vllm.general_plugins"]
+    target = _model(tmp_path, "target")
+    suffix = candidate_server("suffix", target, 4, {"log_dir": tmp_path}, 4)
+    assert suffix.speculative_config == {"method": "suffix", "num_speculative_tokens": 4} and suffix.shared is False
+    for server in (VLLMServer(target, log_dir=tmp_path), suffix):
+        assert server.environment()["VLLM_PLUGINS"] == SERIES_PLUGINS
