@@ -76,16 +76,16 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
                      prompt_lookup_max: int, proposers: Mapping[str, tuple[str, str | Path]] | None = None,
                      ) -> VLLMServer:
     """The speculative server of a candidate: ``"ngram"`` (prompt lookup, matching n-grams of at most
-    ``prompt_lookup_max`` tokens: the profile's ``ngram_prompt_lookup_max``), a proposer class (the series' own,
+    ``prompt_lookup_max`` tokens: the profile's ``ngram_prompt_lookup_max``), ``"suffix"`` (vLLM's suffix decoding,
+    always a server of its own: :func:`learns_in_server`), a proposer class (the series' own,
     ``spec_config.PROPOSERS``, or ``proposers``: name -> (module.Class, the folder its module is in)) or a draft
     model's name."""
     classes = {name: (path, PACKAGE_ROOT) for name, path in PROPOSERS.items()} | dict(proposers or {})
     python_path: list[str] = []
     if candidate == NGRAM:
         config = ngram_config(k, prompt_lookup_max)
-    elif candidate == SUFFIX:  # what it learns stays in its server: never the run's shared one (learns_in_server)
-        return VLLMServer(target_dir, name=candidate, speculative_config=suffix_config(k),
-                          **(dict(server_options) | {"shared": False}))
+    elif candidate == SUFFIX:
+        config = suffix_config(k)
     elif candidate in classes:
         class_path, folder = classes[candidate]
         config, python_path = custom_config(class_path, k), [str(folder)]
@@ -93,8 +93,11 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
         config = eagle3_config(candidate.removeprefix(EAGLE3_PREFIX), k)
     else:
         config = draft_model_config(resolve_model(candidate), k)
-    return VLLMServer(target_dir, name=candidate, speculative_config=config, python_path=python_path,
-                      **server_options)
+    server = VLLMServer(target_dir, name=candidate, speculative_config=config, python_path=python_path,
+                        **server_options)
+    if learns_in_server(server):  # what it learns stays in its server: never the run's shared one
+        server.shared = False
+    return server
 
 
 def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, k: int, together: bool,
@@ -223,9 +226,8 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     decode_s = (pairs["baseline_e2e_s"] - prefill).clip(lower=0)
     e2e_bound = (prefill + decode_s) / (prefill + decode_s / bound)
     ttft_ratio = pairs["baseline_ttft_s"] / pairs["ttft_s"]
-    ttft_noise = getattr(baseline, "ttft_noise", math.nan)
     over_decode, over_e2e = decode_speedup > bound, speedup > e2e_bound
-    over_ttft = ttft_ratio > ttft_noise if np.isfinite(ttft_noise) else pd.Series(False, index=pairs.index)
+    over_ttft = ttft_ratio > baseline.ttft_noise if np.isfinite(baseline.ttft_noise) else False
     return pd.DataFrame({
         "candidate": pairs["server"], "k": k, "prompt_id": pairs["prompt_id"], "class": pairs["class"],
         "repeat": pairs["repeat"], "temperature": pairs["temperature"],
