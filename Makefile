@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= -n 2 --dist loadgroup
 RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set $(p))
 
-.PHONY: run test test-fast smoke worth-it lab env help preflight demo reference compare
+.PHONY: run test test-fast smoke worth-it lab env help preflight demo reference compare rules
 help:
 	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
 	@echo "make test [PYTEST_ARGS=...]   run all three test tiers (real vLLM on the CPU, two pinned workers; 22-33 min on 2 cores)"
@@ -23,7 +23,8 @@ help:
 	@echo "make demo [PROFILE=...]        the live side-by-side demo as a page (Voila on 127.0.0.1; prints the URL)"
 	@echo "make reference RUN=runs/<dir>  data/reference/<profile>[-<cpu class>].json (\"what you should see\") from a run"
 	@echo "make compare RUNS='runs/a runs/b'  two runs side by side: 04's best k and 05's intervals, do they agree?"
-	@echo "make lab                       JupyterLab in the project's environment"
+	@echo "make rules                     specdec_helpers/costmodel/rules.py from the notebooks' #@save cells (after editing a rule)"
+	@echo "make lab                       JupyterLab in the project's environment: one run folder, shared servers"
 	@echo "make env                       only create the environment"
 
 run:
@@ -57,8 +58,11 @@ compare:
 	@test -n "$(RUNS)" || { echo "usage: make compare RUNS=\"runs/<first> runs/<second>\""; exit 2; }
 	$(WITH_ENV) python -m tools.compare_runs $(RUNS)
 
+rules:
+	$(WITH_ENV) python -m tools.export_rules
+
 lab:
-	$(WITH_ENV) jupyter lab notebooks/
+	$(WITH_ENV) python -m tools.lab $(LAB_ARGS)
 
 env:
 	$(WITH_ENV) python -c "import sys; print('environment ready:', sys.prefix)"

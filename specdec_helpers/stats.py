@@ -43,7 +43,7 @@ def nearest_rank_percentile(values: Iterable[float], q: float) -> float:
 
 
 #: the fewest prompts a 95% interval of a per-prompt claim is computed from: resampling few values covers the true
-#: median far less often than 95%, so notebooks print their range and draw no verdict (v(k)'s rounds keep 2).
+#: median far less often than 95%, so notebooks print their range and draw no verdict (v(n)'s rounds keep 2).
 MIN_VALUES_FOR_INTERVAL = 8
 
 

@@ -128,23 +128,23 @@ SERIES_POINTERS = RAM_LOCK.with_suffix(".pools")  # one file per worker holding 
 
 def stop_idle_series_servers() -> int:
     """Stop the idle servers of every worker's notebook pool on this machine."""
-    from specdec_helpers.engine.pool import ServerPool
+    from tools.server_pool import RunPool
 
     stopped = 0
     for pointer in SERIES_POINTERS.glob("*"):
         folder = Path(pointer.read_text().strip())
         if (folder / "ledger.json").exists():
-            stopped += ServerPool(folder, int(pointer.name)).stop_idle()
+            stopped += RunPool(folder, int(pointer.name)).stop_idle()
     return stopped
 
 
 @pytest.fixture(scope="session")
 def series_pool(tmp_path_factory):
     """The notebook tier's server pool (this worker owns it; its guards stop the servers if the worker dies)."""
-    from specdec_helpers.engine.pool import ServerPool
+    from tools.server_pool import RunPool
 
     folder = tmp_path_factory.mktemp("series-pool")
-    pool = ServerPool(folder, os.getpid())
+    pool = RunPool(folder, os.getpid())
     SERIES_POINTERS.mkdir(exist_ok=True)
     pointer = SERIES_POINTERS / str(os.getpid())
     pointer.write_text(str(folder))

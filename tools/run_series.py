@@ -6,9 +6,10 @@
 would warn about the others), plus ``run_dir``. A notebook that fails does not stop the others;
 the run exits non-zero and index.html shows which one failed and where its log is.
 
-The notebooks share their vLLM servers (``specdec_helpers.engine.pool``): one server per configuration
-for the whole run, stopped at its end, after a failure and on Ctrl-C; ``--own-servers`` gives every
-notebook its own, as in JupyterLab. ``servers.json`` in the run folder lists every start and reuse.
+The notebooks share their vLLM servers (``specdec_helpers.engine.pool``, owned here through
+``tools.server_pool``): one server per configuration for the whole run, stopped at its end, after a
+failure and on Ctrl-C; ``--own-servers`` gives every notebook its own, as in JupyterLab.
+``servers.json`` in the run folder lists every start and reuse.
 
 Before any notebook starts, the profile's preflight (``make preflight``) checks what every notebook
 needs at the least, one server: a run that cannot start here (a GPU profile without a GPU, models
@@ -33,10 +34,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.engine.pool import NOTEBOOK_ENV, ServerPool
+from specdec_helpers.engine.pool import NOTEBOOK_ENV
 from specdec_helpers.report.record import read_records
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from tools.profiles import PER_NOTEBOOK, load_profile, notebook_overrides, parse_overrides
+from tools.server_pool import RunPool
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
@@ -443,7 +445,7 @@ def run_notebooks(notebooks: list[Path], params: dict[str, Any], run_dir: Path,
     before this returns (a failed notebook, Ctrl-C or SIGTERM included). Returns the runs and the pool's
     summary (starts, reuses, per notebook), also written to ``servers.json``."""
     runs: list[NotebookRun] = []
-    pool = ServerPool(run_dir / "servers", os.getpid()) if share_servers else None
+    pool = RunPool(run_dir / "servers", os.getpid()) if share_servers else None
     saved = {k: os.environ.get(k) for k in (*(pool.environment() if pool else {}), NOTEBOOK_ENV)}
     main_thread = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None

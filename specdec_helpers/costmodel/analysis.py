@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from specdec_helpers.costmodel import theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
-from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci, bootstrap_ratio_ci
+from specdec_helpers.costmodel.rules import paired_speedup
+from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ratio_ci
 
 
 def add_time_per_token(results: pd.DataFrame) -> pd.DataFrame:
@@ -40,27 +40,18 @@ def paired(results: pd.DataFrame, value: str | Sequence[str], baseline: str = "b
     return results[results["server"] != baseline].merge(base, on=keys, how="inner")
 
 
-def paired_speedup(ratios: Sequence[float] | pd.Series, seed: int | None = 0) -> tuple[float, float, float]:
-    """Notebook 04's rule (a test runs both): the median of the paired ratios (one per prompt and repeat, baseline
-    time over candidate time), with a BCa 95% interval; NaN interval below ``MIN_VALUES_FOR_INTERVAL`` pairs."""
-    values = np.asarray(ratios, dtype=float)
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return float("nan"), float("nan"), float("nan")
-    return bootstrap_ci(values, np.median, seed=seed, min_n=MIN_VALUES_FOR_INTERVAL)
-
-
 def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperature"),
                  baseline: str = "baseline", seed: int = 0) -> pd.DataFrame:
     """One row per server and cell: acceptance and speedup with their intervals (NaN for too few requests, with
-    the speedup's range instead), decode speed."""
+    the speedup's range instead), decode speed. The speedup is notebook 04's ``paired_speedup`` (its bootstrap's
+    fixed seed, ``stats.bootstrap_ci``'s default 0); ``seed`` is the acceptance interval's."""
     joined = paired(add_time_per_token(results), ["s_per_token", "decode_tokens_per_s"], baseline)
     rows = []
     for key, cell in joined.groupby(["server", *by], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         speedup = cell["baseline_s_per_token"] / cell["s_per_token"]
         decode_speedup = cell["decode_tokens_per_s"] / cell["baseline_decode_tokens_per_s"]
-        point, lo, hi = paired_speedup(speedup, seed=seed)
+        point, lo, hi = paired_speedup(speedup)
         pooled = pooled_acceptance(cell)
         _, acc_lo, acc_hi = pooled_acceptance_ci(cell, seed=seed)
         k = int(cell["num_speculative_tokens"].max()) if "num_speculative_tokens" in cell else 0

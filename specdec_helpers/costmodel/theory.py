@@ -1,8 +1,8 @@
 """The cost model of speculative decoding, with measured costs as inputs (notation: docs/glossary.md).
 
-A speculative step costs ``k * c + v(k)`` target decode steps and yields ``E(alpha, k)`` tokens. The papers
+A speculative step costs ``k * c + v(k + 1)`` target decode steps and yields ``E(alpha, k)`` tokens. The papers
 (Leviathan et al. 2023; Chen et al. 2023) take ``v = 1``, near true on a GPU at small batch; on a CPU or at high
-concurrency extra positions cost, so ``v`` is measured (:class:`VerifyCost`: ``v(k) = VerifyCost(k + 1)``).
+concurrency extra positions cost, so ``v`` is measured (:class:`VerifyCost`: ``v(n)``, a pass over n positions; checking k drafts is ``v(k + 1)``).
 """
 
 from __future__ import annotations
@@ -118,13 +118,13 @@ class _PiecewiseLinear:
 
 
 class VerifyCost(_PiecewiseLinear):
-    """Measured ``{n: time(forward over n positions) / time(decode step)}``; ``v(k) = self(k + 1)``, ``n = 1`` is 1.0.
+    """Measured ``{n: time(forward over n positions) / time(decode step)}``; ``v(n) = self(n)``: checking k drafts is ``self(k + 1)``, ``n = 1`` is 1.0.
     Empty is an error: more likely a lost measurement than a claim that verifying is free."""
 
     def __init__(self, ratios: Mapping[int, float]) -> None:
         points = dict(ratios)
         if not points:
-            raise ValueError("VerifyCost needs at least one measured {positions: ratio}; pass verify=None for v(k) = 1")
+            raise ValueError("VerifyCost needs at least one measured {positions: ratio}; pass verify=None for v = 1")
         points.setdefault(1, 1.0)
         super().__init__(points, "VerifyCost")
 
@@ -137,14 +137,14 @@ VerifyLike = VerifyCost | float | int | None
 
 
 def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None) -> float:
-    """``E(alpha, k) / (k * c + v(k))``, a draft at every step; ``verify``: a VerifyCost, ``v(k)`` or None (v = 1)."""
+    """``E(alpha, k) / (k * c + v(k + 1))``, a draft at every step; ``verify``: a VerifyCost, ``v(n)`` or None (v = 1)."""
     return predicted_speedup_with_coverage(alpha, k, c, verify, 1.0)
 
 
 def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
                                     coverage: float = 1.0) -> float:
     """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup), the others
-    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k)) + 1 - f)``."""
+    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``."""
     f = _check_coverage(coverage)
     a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
     if verify is None:  # the papers' free verification
@@ -172,7 +172,7 @@ def c_from_step(step_ratio: float, k: int, v: float, coverage: float = 1.0) -> f
 def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
            coverage: float = 1.0) -> tuple[int, float]:
     """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k`` (``(0, 1.0)``: do not speculate),
-    searched exhaustively (a measured ``v(k)`` need not give a unimodal curve); ties go to the smaller ``k``."""
+    searched exhaustively (a measured ``v(n)`` need not give a unimodal curve); ties go to the smaller ``k``."""
     best = (0, 1.0)
     for g in range(1, _check_k(max_k, name="max_k") + 1):
         s = predicted_speedup_with_coverage(alpha, g, c, verify, coverage)

@@ -7,8 +7,9 @@ its pid) for every kernel; a ``VLLMServer`` started in it asks the ledger:
   endpoint: ``VLLM_SERVER_DEV_MODE=1``), so no request is sped up by an earlier notebook's; counters stay
   cumulative, and notebooks read them as differences around their own requests anyway;
 - else one starts, after stopping idle servers (least used, then least recently used) until it fits;
-- leaving the ``with`` block hands it back; the owner stops every server at the end, after a failure and on
-  Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner dying, even by SIGKILL;
+- leaving the ``with`` block hands it back; the owner (``tools.server_pool``) stops every server at the end,
+  after a failure and on Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner
+  dying, even by SIGKILL;
 - a notebook's own servers (``shared=False``) count among the run's starts.
 
 Without a pool (a notebook opened in JupyterLab), every server is the notebook's own.
@@ -219,43 +220,6 @@ class ServerPool:
         """Memory of idle shared servers: a new start may take it (the preflight counts it as free)."""
         with self.lock:
             return sum(e.ram_bytes for e in self._read()["entries"].values() if e.idle() and e.alive())
-
-    def stop_idle(self) -> int:
-        """Stop every idle server (another program is about to need the memory). Returns how many."""
-        return self._locked_stop_idle_until(lambda _: False)
-
-    def stop_all(self) -> list[int]:
-        """Stop every shared server (end of run, Ctrl-C); safe to call twice. Returns the groups still alive."""
-        with self.lock:
-            data = self._read()
-            groups = [e.pgid for e in data["entries"].values()]
-            for entry in list(data["entries"].values()):
-                self._stop(data, entry)
-            self._write(data)
-        return [g for g in groups if group_alive(g)]
-
-    def events(self) -> list[dict[str, Any]]:
-        return self._read()["events"]
-
-    def running(self) -> list[Entry]:
-        return [e for e in self._read()["entries"].values() if e.alive()]
-
-    def summary(self) -> dict[str, Any]:
-        """Starts and reuses, in total and per notebook: what ``make run`` reports."""
-        events, per_notebook = self.events(), {}
-        kinds = {"start": "start", "start-own": "own", "reuse": "reuse"}
-        for event in (e for e in events if e["event"] in kinds):
-            counts = per_notebook.setdefault(event["notebook"] or "-", dict.fromkeys(kinds.values(), 0))
-            counts[kinds[event["event"]]] += 1
-        count = {kind: sum(e["event"] == kind for e in events) for kind in kinds}
-        return {"starts": count["start"] + count["start-own"], "shared_starts": count["start"],
-                "own_starts": count["start-own"], "reuses": count["reuse"],
-                "startup_s": round(sum(e["startup_s"] for e in events if e["event"] in ("start", "start-own")), 1),
-                "per_notebook": per_notebook}
-
-    def environment(self) -> dict[str, str]:
-        """The variables that open this pool for a child process (a papermill kernel)."""
-        return {POOL_ENV: str(self.folder), OWNER_ENV: str(self.owner_pid)}
 
 
 def active_pool() -> ServerPool | None:

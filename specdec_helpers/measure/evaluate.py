@@ -1,7 +1,8 @@
 """Measure a speculation candidate against the baseline and put the numbers into the cost model: the one place
-for the definitions notebooks 04 and 07 share (alpha, c, v(k), coverage f, speedups paired per prompt, the physics
-guard). Every candidate request is paired with a baseline request on the same prompt, next to it in time
-(:mod:`measure.paired`); decode times are the engine's own (the clock v(k) is timed with), end to end the client's."""
+for the definitions notebooks 04 and 07 share (alpha, c, v(n), speedups paired per prompt, the physics guard; coverage
+f and the paired speedup are 04's rules, from :mod:`specdec_helpers.costmodel.rules`). Every candidate request is
+paired with a baseline request on the same prompt, next to it in time (:mod:`measure.paired`); decode times are the
+engine's own (the clock v(n) is timed with), end to end the client's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pandas as pd
 
 from specdec_helpers.costmodel import analysis, theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
+from specdec_helpers.costmodel.rules import draft_coverage, paired_speedup
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import (
     EAGLE3_PREFIX,
@@ -269,7 +271,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     c = c_in_server if c is None else c
     c_model = max(c, 0.0) if np.isfinite(c) else math.nan  # below 0 is noise around free drafting: the model's c >= 0
     ratios = kept["speedup"].dropna()
-    point, lo, hi = analysis.paired_speedup(ratios)
+    point, lo, hi = paired_speedup(ratios)
 
     def stat(values: pd.Series, how: str) -> float:  # NaN for no values
         return float(getattr(values.dropna(), how)()) if values.notna().any() else math.nan
@@ -313,13 +315,6 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
 
 
-def draft_coverage(spec_rows: pd.DataFrame) -> float:
-    """Coverage f, the share of decode steps that carried a draft: one yields 1 + accepted tokens, one without 1."""
-    drafts, accepted = spec_rows["drafts"].sum(), spec_rows["accepted_tokens"].sum()
-    plain = max((spec_rows["completion_tokens"] - 1).clip(lower=0).sum() - drafts - accepted, 0)
-    return float(drafts / (drafts + plain)) if drafts + plain else 0.0
-
-
 def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
     return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
                           "predicted_speedup": theory.predicted_speedup_with_coverage(
@@ -354,7 +349,7 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
     summary = []
     for what, values in ratios.items():
         values = values.dropna()
-        point, low, high = analysis.paired_speedup(values) if len(values) else (math.nan,) * 3
+        point, low, high = paired_speedup(values) if len(values) else (math.nan,) * 3
         summary.append({"ratio": what, "pairs": len(values), "median": point, "ci_low": low, "ci_high": high,
                         "min": float(values.min()) if len(values) else math.nan,
                         "max": float(values.max()) if len(values) else math.nan})

@@ -11,7 +11,7 @@ reported (:func:`sandwich_drift`), and the baseline that pairs with a candidate 
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -62,3 +62,60 @@ def sandwich_drift(rows: pd.DataFrame, value: str = "engine_decode_tokens_per_s"
         return float("nan")
     wide = base.pivot_table(index=["prompt_id", "repeat", "temperature"], columns="sandwich", values=value)
     return float(np.nanmedian(wide["after"] / wide["before"])) if {"before", "after"} <= set(wide) else float("nan")
+
+
+class ServerPasses(NamedTuple):
+    """What :func:`measure_servers` measured: each candidate's paired pass, the load rows, every request once."""
+
+    passes: dict[str, pd.DataFrame]  # per candidate: its rows and the baseline rows they pair with
+    load_rows: list  # what ``load`` returned, in the order it ran
+    requests: pd.DataFrame  # every request once; ``paired_with`` names the candidate(s) its baseline request served
+
+
+def measure_servers(baseline: VLLMServer, candidates: Mapping[str, VLLMServer], prompts: Sequence, *, fit: int,
+                    load: Callable[[list[VLLMServer]], list], load_with: str, **options) -> ServerPasses:
+    """Every candidate paired with the running ``baseline`` on ``prompts`` (:func:`measure_paired`, ``options`` passed
+    on), and ``load([servers])`` run while the candidate ``load_with`` is up, for as many servers as memory holds:
+
+    - ``fit`` above the number of candidates: all of them up next to the baseline, one pass in which each block's
+      baseline request pairs with every candidate; then the others stop and ``load([baseline, load_with])`` runs;
+    - ``fit`` 2 (or more, not all): each candidate in turn next to the baseline, ``load([baseline, load_with])``
+      right after ``load_with``'s pass, before that candidate stops;
+    - ``fit`` 1: a sandwich per candidate (the baseline stops), then ``load([load_with])`` alone, then the baseline
+      starts again (warmed up) for ``load([baseline])``.
+
+    The baseline is running when this returns (every later ratio pairs with it)."""
+    if load_with not in candidates:
+        raise ValueError(f"load_with {load_with!r} is not one of the candidates {list(candidates)}")
+    names, loaded = list(candidates), candidates[load_with]
+    if fit > len(names):  # one pass; one baseline request per block serves every candidate
+        with loaded:
+            with contextlib.ExitStack() as others:
+                for name in names:
+                    if name != load_with:
+                        others.enter_context(candidates[name])
+                rows = measure_paired(baseline, [candidates[n] for n in names], prompts, together=True, **options)
+            load_rows = list(load([baseline, loaded]))
+        passes = {name: rows[rows["server"].isin(["baseline", name])] for name in names}
+        shared = " and ".join(names)
+        return ServerPasses(passes, load_rows, rows.assign(paired_with=rows["server"].replace({"baseline": shared})))
+    passes, load_rows = {}, []
+    if fit >= 2:  # each candidate next to the baseline in turn, each pass with baseline requests of its own
+        for name in names:
+            if name != load_with:
+                passes[name] = measure_paired(baseline, [candidates[name]], prompts, together=True, **options)
+                continue
+            with loaded:
+                passes[name] = measure_paired(baseline, [loaded], prompts, together=True, **options)
+                load_rows += load([baseline, loaded])
+    else:  # one server at a time: a sandwich per candidate, then the load on each server alone
+        passes = {name: measure_paired(baseline, [candidates[name]], prompts, together=False, **options)
+                  for name in names}
+        with loaded:
+            warm_up(loaded)
+            load_rows += load([loaded])
+        baseline.start()
+        warm_up(baseline)
+        load_rows += load([baseline])
+    requests = pd.concat([rows.assign(paired_with=name) for name, rows in passes.items()], ignore_index=True)
+    return ServerPasses(passes, load_rows, requests)

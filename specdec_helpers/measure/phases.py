@@ -1,4 +1,5 @@
-"""Measure prefill, decode and the cost v(k) of verifying k drafts (passes over k + 1 new tokens), with token ids."""
+"""Measure prefill, decode and the verify cost v(n) of a pass over n new positions (checking k drafts: n = k + 1),
+with token ids."""
 
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
     low, high = np.array(bounds, dtype=float).T
     if (point <= 0).any() or (low <= 0).any():
         raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
-                         f"from {np.round(low, 3).tolist()}): the machine was too busy while v(k) was timed. "
+                         f"from {np.round(low, 3).tolist()}): the machine was too busy while v(n) was timed. "
                          "Close other programs and rerun the cell.")
     ratios = add_verify_ratio(df).groupby("k")["ratio"]
     return pd.DataFrame({"v": point, "q25": ratios.quantile(0.25).to_numpy(), "q75": ratios.quantile(0.75).to_numpy(),

@@ -1,24 +1,22 @@
 """Notebook 04's recommendation for 05 and 06: used only when its speculative configuration has a draft *model*
-(``method: "draft_model"``) for the same target, whatever the candidate is called or where it was defined."""
+(``method: "draft_model"``) for the same target, whatever the candidate is called or where it was defined. The rule
+(``draft_rule``, with its ``DraftChoice``) is notebook 05's, exported to :mod:`specdec_helpers.costmodel.rules`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.report.record import run_records
+from specdec_helpers.costmodel.rules import DraftChoice, draft_rule
+from specdec_helpers.report.record import records_file, run_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
-
-
-@dataclass(frozen=True)
-class DraftChoice:
-    """The draft a notebook will use, and one sentence saying why (printed by the notebook)."""
-
-    draft_model: str
-    from_recommendation: bool
-    reason: str
+#: ``runs/interactive`` belongs to no session: a notebook opened by hand writes there whenever it runs, so a
+#: recommendation older than this came from another session (another day's machine load, another profile) and is
+#: not used. ``make run`` and ``make lab`` give each session a folder of its own, where any age is this session's.
+INTERACTIVE = "interactive"
+STALE_AFTER_S = 6 * 3600
 
 
 def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
@@ -27,39 +25,21 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
         found = run_records(run_dir, NOTEBOOK_STEM).get("recommendation")
     except ValueError as exc:  # a 04 that died while writing: 05 and 06 still run, on the profile's draft
         return None, f"notebook 04's records cannot be read ({exc})"
-    if isinstance(found, dict):  # a candidate, or none with the reason (nothing measured reliably)
-        return found, f"recorded by notebook 04 in this run ({Path(run_dir).name})"
-    return None, f"no recommendation recorded by notebook 04 in {run_dir}"
+    if not isinstance(found, dict):  # a dict: a candidate, or none with the reason (nothing measured reliably)
+        return None, f"no recommendation recorded by notebook 04 in {run_dir}"
+    path = records_file(run_dir, NOTEBOOK_STEM)
+    if not path.is_file():  # read from an executed notebook's outputs: its folder is its session's
+        return found, f"recorded by notebook 04 in {Path(run_dir).name}"
+    written = path.stat().st_mtime
+    age_h = (time.time() - written) / 3600
+    when = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(written))}, {age_h:.1f} h ago"
+    if Path(run_dir).name == INTERACTIVE and age_h * 3600 > STALE_AFTER_S:
+        return None, (f"notebook 04's recommendation in {run_dir} was recorded {when}, by another session: "
+                      "rerun 04, or use `make lab`, whose session has a run folder of its own")
+    return found, f"recorded by notebook 04 in {Path(run_dir).name} at {when}"
 
 
 def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> DraftChoice:
     """04's recommended draft when this run has one that fits, else the profile's ``profile_draft`` (the rule is
-    notebook 05's, where it is read: :func:`draft_rule`)."""
+    notebook 05's, where it is read: ``rules.draft_rule``)."""
     return draft_rule(*find_recommendation(run_dir), profile_draft, target_model)
-
-
-def draft_rule(found: dict[str, Any] | None, where: str, profile_draft: str, target_model: str) -> DraftChoice:
-    """Notebook 05's rule, for 06 to reuse (a test checks the two agree)."""
-    if found is None:
-        return DraftChoice(profile_draft, False, f"{where}, so this notebook uses the profile's draft "
-                                                 f"`{profile_draft}` (run 04 first to test its pick).")
-    candidate = found.get("candidate")
-    if not candidate:
-        return DraftChoice(profile_draft, False, f"notebook 04 recommended nothing ({where}: "
-                                                 f"{found.get('reason', 'no candidate was measured reliably')}), so "
-                                                 f"this notebook uses the profile's draft `{profile_draft}`.")
-    if found.get("target_model") not in (None, target_model):
-        return DraftChoice(profile_draft, False, f"notebook 04's recommendation ({where}) was measured for "
-                                                 f"target `{found['target_model']}`, not `{target_model}`, so "
-                                                 f"this notebook uses the profile's draft `{profile_draft}`.")
-    method = found.get("method")
-    if method != "draft_model" or not found.get("draft_model"):
-        kind = f"`method: {method}`" if method else "no speculative configuration recorded"
-        return DraftChoice(profile_draft, False, f"notebook 04 recommended `{candidate}` ({where}; {kind}), which "
-                                                 f"has no draft model; this notebook studies a draft model, so it "
-                                                 f"uses the profile's draft `{profile_draft}`.")
-    draft = str(found["draft_model"])
-    same = (" (the profile's draft too)" if draft == profile_draft
-            else f" instead of the profile's `{profile_draft}`")
-    return DraftChoice(draft, True, f"notebook 04 recommended `{candidate}` ({where}), so this notebook "
-                                    f"uses it{same}.")

@@ -35,10 +35,10 @@ def _plain(value: Any) -> Any:
     return _plain(value.tolist()) if hasattr(value, "tolist") else value
 
 
-def record(name: str, value: Any) -> Any:
+def record(name: str, value: Any) -> None:
     """Keep ``value`` under ``name``: in the run's records file and in our MIME type in the executed notebook, where
     a reader sees nothing (its only other form is an empty HTML part: bookkeeping is not what a learner reads; the
-    cell's own table or figure shows the number)."""
+    cell's own table or figure shows the number). Returns nothing, so a cell ending in ``record`` shows nothing."""
     from IPython.display import display
 
     plain = _plain(value)
@@ -47,7 +47,6 @@ def record(name: str, value: Any) -> Any:
     if _kept:
         _write_json(_kept["path"], {"notebook": _kept["notebook"], "records": _recorded})
     display({MIME_TYPE: {"name": name, "value": plain}, "text/html": ""}, raw=True)
-    return value
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:  # whole or not at all: a reader never sees half a file

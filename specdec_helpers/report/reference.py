@@ -103,11 +103,13 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool,
         if not (math.isfinite(yours) and math.isfinite(reference)):
             return None, "not comparable (not a finite number)"
         side = ""
-        if spec.decision:  # the verdict first: a number close to the reference can still be on the other side of 1
+        # the side of 1 + min_gain first (a side, not a verdict: that needs an interval); a number close to the
+        # reference can still be on the other side of 1
+        if spec.decision:
             mine, theirs = decision_side(yours), decision_side(reference)
             if mine != theirs:
-                return True, f"different verdict (yours: {mine}, the reference: {theirs}): check {spec.check}"
-            side = f"same verdict ({mine}); "
+                return True, f"other side of 1 + min_gain (yours: {mine}, the reference: {theirs}): check {spec.check}"
+            side = f"same side of 1 + min_gain ({mine}); "
             if not same_class:
                 return False, f"{side}the size of a speedup is not compared across CPU classes"
         allowed = abs(reference) * spec.tolerance if spec.relative else spec.tolerance
@@ -187,7 +189,7 @@ def _describe(reference: dict[str, Any], same_class: bool = True, yours: str | N
         text += f"; **stale**: {prov['stale']}"
     if not same_class:
         text += (f"; **another CPU class than this run's ({yours or 'unknown'})**: speedups are compared by their "
-                 "verdict side only, format-dependent numbers not at all")
+                 "side of 1 + min_gain only, format-dependent numbers not at all")
     return text
 
 

@@ -1,9 +1,11 @@
 """The run folder, where a notebook puts its tables, figures and server logs: one per run (``make run``:
-``runs/<timestamp>-<profile>/``; by hand: ``runs/interactive/``), so that index.html links every artefact."""
+``runs/<timestamp>-<profile>/``; ``make lab``: ``runs/<timestamp>-lab/`` for the session; a notebook opened otherwise:
+``runs/interactive/``), so that index.html links every artefact."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -13,9 +15,13 @@ if TYPE_CHECKING:  # pandas is imported where a table is read: saving a figure d
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+#: ``make lab`` names its session's run folder here, so every notebook of one lab session writes and reads one folder
+RUN_DIR_ENV = "SPECDEC_RUN_DIR"
+
+
 def resolve_run_dir(run_dir: str | Path | None = None) -> Path:
-    """The run folder (created): the given one, or ``runs/interactive`` in the repository."""
-    path = Path(run_dir) if run_dir else REPO_ROOT / "runs" / "interactive"
+    """The run folder (created): the given one, else this lab session's (``make lab``), else ``runs/interactive``."""
+    path = Path(run_dir) if run_dir else Path(os.environ.get(RUN_DIR_ENV) or REPO_ROOT / "runs" / "interactive")
     for sub in ("results", "figures", "logs"):
         (path / sub).mkdir(parents=True, exist_ok=True)
     return path.resolve()

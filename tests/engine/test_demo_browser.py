@@ -93,9 +93,9 @@ def _open_in_lab(page, url: str) -> None:
 @pytest.fixture(scope="module")
 def demo_pool(tmp_path_factory):
     """The demo's two servers, kept up from the first way to the second, stopped after the last."""
-    from specdec_helpers.engine.pool import ServerPool
+    from tools.server_pool import RunPool
 
-    pool = ServerPool(tmp_path_factory.mktemp("demo-pool"), os.getpid())
+    pool = RunPool(tmp_path_factory.mktemp("demo-pool"), os.getpid())
     try:
         yield pool
     finally:

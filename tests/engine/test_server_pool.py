@@ -17,8 +17,9 @@ from pathlib import Path
 import nbformat
 import requests
 
-from specdec_helpers.engine.pool import POOL_ENV, ServerPool, group_alive
+from specdec_helpers.engine.pool import POOL_ENV, group_alive
 from tools.run_series import run_notebooks
+from tools.server_pool import RunPool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,7 +95,7 @@ def test_a_shared_server_is_reused_measures_as_fresh_and_is_stopped_after_a_fail
     ledger = json.loads((run_dir / "servers.json").read_text())
     assert [e["event"] for e in ledger["events"]] == ["start", "reuse", "stop"]
     assert [e["notebook"] for e in ledger["events"][:2]] == ["a_first", "b_second"]
-    assert not ServerPool(run_dir / "servers", os.getpid()).running()
+    assert not RunPool(run_dir / "servers", os.getpid()).running()
     assert POOL_ENV not in os.environ  # the run's environment does not leak into the caller
     with_port = f"http://127.0.0.1:{a['port']}/health"
     try:
@@ -106,8 +107,8 @@ def test_a_shared_server_is_reused_measures_as_fresh_and_is_stopped_after_a_fail
 
 OWNER = """
 import os, subprocess, sys, time
-from specdec_helpers.engine.pool import ServerPool
-pool = ServerPool(sys.argv[1], os.getpid())
+from tools.server_pool import RunPool
+pool = RunPool(sys.argv[1], os.getpid())
 kernel = ("from specdec_helpers.engine.serving import VLLMServer\\n"
           "server = VLLMServer(sys.argv[1], name='orphan', log_dir=sys.argv[2], max_model_len=512,"
           " cpu_kv_cache_gib=0.25).start()\\n"
@@ -125,7 +126,7 @@ def test_a_shared_server_stops_when_the_run_that_owns_it_is_killed(target_dir, t
                              stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
     try:
         assert owner.stdout.readline().strip() == "ready"
-        entries = ServerPool(pool_dir, owner.pid).running()
+        entries = RunPool(pool_dir, owner.pid).running()
         assert len(entries) == 1 and group_alive(entries[0].pgid)
         assert requests.get(entries[0].base_url + "/health", timeout=5).status_code == 200  # outlived its kernel
         os.kill(owner.pid, signal.SIGKILL)  # no finally block, no atexit: only the guard is left to act

@@ -229,7 +229,7 @@ def check_04(r: dict, run_dir: Path) -> None:
         else:  # too few prompts for an interval: none is computed, and no verdict is drawn
             assert _missing(c["speedup_ci_low"]) and _missing(c["speedup_ci_high"]), c
         assert c["speedup_min"] <= c["measured_speedup"] <= c["speedup_max"]
-    from specdec_helpers.costmodel.verdict import measured_reliably
+    from specdec_helpers.costmodel.rules import measured_reliably
     params = load_profile("cpu-tiny", smoke=True)
     reliable = [c for c in r["candidates"]
                 if measured_reliably(c["n_pairs"], c["n_flagged"], params["min_pairs"], c["c_in_server"])]
@@ -481,7 +481,7 @@ def check_06(r: dict, run_dir: Path) -> None:
 def _ranked_or_named_unreliable(r: dict, ranking: list[str], candidates: set[str], min_pairs: int) -> None:
     """Every candidate 07 measured is either ranked or recorded as not measured reliably, never both, never lost; the
     ones left out broke 04's rule (``measured_reliably``) by their own recorded counts."""
-    from specdec_helpers.costmodel.verdict import measured_reliably
+    from specdec_helpers.costmodel.rules import measured_reliably
 
     left_out = {x["candidate"]: x for x in r["not_reliable"]}
     assert set(ranking) | set(left_out) == candidates and not set(ranking) & set(left_out), (ranking, left_out)
@@ -714,6 +714,20 @@ def _record_as_04(run_dir: Path, recommendation: dict) -> None:
 
     keep_records_in(run_dir, "04_choosing_a_draft")
     record("recommendation", recommendation)
+
+
+@pytest.mark.notebook
+def test_04_on_the_default_profiles_path_leaves_out_the_stream_and_the_drafts_alone(tmp_path: Path, monkeypatch,
+                                                                                   series_pool):
+    """cpu-coder (what `make run` runs first) leaves the learners' stream, the k sweep and each draft served alone to
+    cpu-coder-full: 04 still runs through to its recommendation, records no stream, and leaves c_alone empty."""
+    r = _run_after("04_choosing_a_draft", tmp_path, monkeypatch, series_pool,
+                   {"learning_stream": 0, "time_drafts_alone": False, "k_sweep": [],
+                    "draft_candidates": ["ngram", "smollm2-draft-2l"]})
+    assert "traffic_stream" not in r and "stream_learned" not in r and r["k_sweep_flagged"] == 0
+    assert {c["candidate"] for c in r["candidates"]} == {"ngram", "smollm2-draft-2l", "my-lookup"}
+    assert all(_missing(c["c_alone"]) for c in r["candidates"])
+    assert r["recommendation"]["target_model"] == "smollm2-135m-instruct"
 
 
 @pytest.mark.notebook

@@ -1,5 +1,6 @@
-"""The decision rules the notebooks define in plain sight (so a learner can read and change them), run here
-from the notebooks' own source: a rule edited in a notebook is the rule tested."""
+"""The decision rules the notebooks define in plain sight (so a learner can read and change them). Each is marked
+``#@save`` in its notebook cell and exported by ``make rules`` to :mod:`specdec_helpers.costmodel.rules`, which the
+tests here call: a rule edited in a notebook (and exported, tests/unit/test_rules_export.py) is the rule tested."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import ast
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -17,30 +17,6 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def notebook_names(notebook: str, *names: str, extra: dict | None = None) -> dict:
-    """Execute, from ``notebook``'s code cells, only the top-level definitions of ``names`` (functions, classes and
-    constants), in a namespace holding numpy, math, dataclass and ``extra``; return that namespace."""
-    nb = nbformat.read(NOTEBOOKS / notebook, as_version=4)
-    namespace: dict = {"np": np, "math": math, "dataclass": dataclass, **(extra or {})}
-    for cell in nb.cells:  # the parameters first: a rule may read one (07's MIN_GAIN is its min_gain)
-        if "parameters" in cell.metadata.get("tags", []):
-            exec(compile(cell.source, notebook, "exec"), namespace)
-    found = set()
-    for cell in nb.cells:
-        if cell.cell_type != "code" or not any(name in cell.source for name in names):
-            continue
-        for node in ast.parse(cell.source).body:
-            defined = ({node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
-                       {t.id for t in node.targets if isinstance(t, ast.Name)} if isinstance(node, ast.Assign)
-                       else set())
-            if defined & set(names):
-                exec(compile(ast.Module([node], []), notebook, "exec"), namespace)
-                found |= defined
-    missing = set(names) - found
-    assert not missing, f"{notebook} no longer defines {sorted(missing)} at the top level of a code cell"
-    return namespace
-
-
 @pytest.mark.parametrize("point, lo, hi, n, reading", [
     (1.4, 1.2, 1.5, 8, "faster"), (0.8, 0.7, 0.9, 8, "slower"), (1.1, 0.9, 1.3, 12, "not distinguishable from 1x"),
     (1.08, 1.02, 1.12, 8, "faster, but by less than min_gain"),
@@ -48,7 +24,7 @@ def notebook_names(notebook: str, *names: str, extra: dict | None = None) -> dic
     (1.2, float("nan"), float("nan"), 1, "no verdict: 1 prompt(s), an interval needs 8"),
     (float("nan"), 0, 0, 8, "not measured")])
 def test_the_series_verdict_rule(point, lo, hi, n, reading):
-    from specdec_helpers.costmodel.verdict import speedup_reading
+    from specdec_helpers.costmodel.rules import speedup_reading
 
     assert speedup_reading(point, lo, hi, n, min_gain=0.05) == reading
 
@@ -96,24 +72,21 @@ def test_no_interval_is_computed_from_fewer_than_eight_prompts():
     (1.20, 1.30, False, False),         # the draft does not fit
 ])
 def test_07_enable_rule(low, predicted, fits, enable):
-    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule")
-    assert names["MIN_GAIN"] == 0.05
-    assert names["enable_rule"](low, predicted, fits) is enable
+    from specdec_helpers.costmodel import rules
+
+    assert rules.MIN_GAIN == 0.05
+    assert rules.enable_rule(low, predicted, fits) is enable
 
 
 def test_07_verdict_explains_each_condition_with_the_notebooks_rule():
-    from dataclasses import field
+    from specdec_helpers.costmodel import rules
 
-    from specdec_helpers.costmodel.verdict import interval_text
-
-    names = notebook_names("07_is_it_worth_it.ipynb", "MIN_GAIN", "enable_rule", "Verdict", "decide",
-                           extra={"field": field, "interval_text": interval_text})
-    decide = names["decide"]
+    decide = rules.decide
     best = {"candidate": "draft", "k": 4, "best_k": 4, "measured_speedup": 1.3, "speedup_ci_low": 1.2,
             "speedup_ci_high": 1.4, "acceptance_rate": 0.8, "mean_acceptance_length": 3.0, "c": 0.2,
             "verify_cost_k_plus_1": 1.1, "predicted_decode_speedup": 1.5, "measured_decode_speedup": 1.4,
             "predicted_speedup_at_best_k": 1.5}
-    common = dict(rule=names["enable_rule"], min_gain=names["MIN_GAIN"], by_class={}, concurrency=4, memory=None)
+    common = dict(rule=rules.enable_rule, min_gain=rules.MIN_GAIN, by_class={}, concurrency=4, memory=None)
     yes = decide(best, predicted_at_concurrency=1.3, **common)
     no = decide(best, predicted_at_concurrency=1.01, **common)
     assert yes.enable and not no.enable
@@ -127,14 +100,18 @@ def test_07_verdict_explains_each_condition_with_the_notebooks_rule():
 
 @pytest.mark.parametrize("max_k", [8])
 def test_04_and_07_search_best_k_up_to_the_same_max_k(max_k):
-    for notebook in ("04_choosing_a_draft.ipynb", "07_is_it_worth_it.ipynb"):
-        assert notebook_names(notebook, "MAX_K")["MAX_K"] == max_k
+    from specdec_helpers.costmodel import rules
+
+    assert rules.MAX_K == max_k  # 04 defines it; 07 imports it (one definition, no second constant)
+    code = "\n".join(c.source for c in nbformat.read(NOTEBOOKS / "07_is_it_worth_it.ipynb", as_version=4).cells
+                     if c.cell_type == "code")
+    assert "import MAX_K" in code and "MAX_K =" not in code
 
 
 def test_06_steady_state_window_keeps_only_the_gaps_where_all_streams_decode():
+    from specdec_helpers.costmodel.rules import steady_state_window as window
     from specdec_helpers.measure.load import steady_state_gaps
 
-    window = notebook_names("06_context_and_concurrency.ipynb", "steady_state_window")["steady_state_window"]
     # stream A starts at 0 and steps every 1.0 s; stream B joins at 2.5 (before it, A decoded alone); both
     # end by 6.5. Window [2.5, 6.0]: A's gaps 3-4, 4-5, 5-6 and B's 2.5-3.5, 3.5-4.5, 4.5-5.5
     a = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
@@ -145,15 +122,18 @@ def test_06_steady_state_window_keeps_only_the_gaps_where_all_streams_decode():
 
 
 def test_07_times_decode_steps_with_the_window_of_06():
+    """07 keeps no copy of 06's window: it imports the exported rule and passes it to decode_step_times."""
+    from specdec_helpers.costmodel.rules import steady_state_window
+
     arrivals = [[0.0, 1.0, 2.0, 3.0], [0.5, 1.5, 2.5], [0.2, 4.0]]
-    six = notebook_names("06_context_and_concurrency.ipynb", "steady_state_window")["steady_state_window"]
+    assert steady_state_window(arrivals) == (0.5, 2.5)
     nb = nbformat.read(NOTEBOOKS / "07_is_it_worth_it.ipynb", as_version=4)
-    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def steady_state_window" in c.source)
-    func = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
-                and n.name == "steady_state_window")
-    namespace: dict = {}
-    exec(compile(ast.Module([func], []), "07", "exec"), namespace)
-    assert namespace["steady_state_window"](arrivals) == six(arrivals) == (0.5, 2.5)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "def steady_state_window" not in code
+    imports = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom)
+               and n.module == "specdec_helpers.costmodel.rules"]
+    assert any(a.name == "steady_state_window" for n in imports for a in n.names)
+    assert "window=steady_state_window" in code
 
 
 
@@ -236,25 +216,36 @@ def test_the_direction_check_catches_a_typed_finding():
 
 
 def crossover_rule():
-    """06's crossover rule as the notebook defines it, with "pays" above 1 (the threshold these cases use); the
-    notebook's own pays (1 + min_gain, verdict.decision_side) is checked in test_06_pays_is_the_series_rule."""
+    """06's crossover rule as the notebook defines it (exported to costmodel.rules), with "pays" above 1 (the
+    threshold these cases use); 06's own pays (1 + min_gain, verdict.decision_side) is checked in
+    test_06_pays_is_the_series_rule."""
     from functools import partial
 
-    from specdec_helpers.costmodel.verdict import decision_side
+    from specdec_helpers.costmodel import rules
 
-    ns = notebook_names("06_context_and_concurrency.ipynb", "pays", "Crossover", "find_crossover",
-                        extra={"decision_side": decision_side})
-    return ns["Crossover"], partial(ns["find_crossover"], pays=lambda v: v > 1.0)
+    return rules.Crossover, partial(rules.find_crossover, pays=lambda v: v > 1.0)
 
 
 def test_06_pays_is_the_series_rule():
-    from specdec_helpers.costmodel.verdict import decision_side
+    """find_crossover takes ``pays`` from its caller (06's reads the notebook's min_gain parameter, so it is not a
+    rule of its own): 06 gives it the series' rule, a speedup's side of 1 + min_gain, at every call."""
+    from specdec_helpers.costmodel import rules
+    from specdec_helpers.costmodel.verdict import MIN_GAIN, decision_side
 
-    ns = notebook_names("06_context_and_concurrency.ipynb", "pays", "Crossover", "find_crossover",
-                        extra={"decision_side": decision_side})
-    min_gain = ns["min_gain"]
-    assert not ns["pays"](1.0 + min_gain) and ns["pays"](1.0 + min_gain + 1e-6) and not ns["pays"](0.9)
-    assert ns["find_crossover"]({1: 1.0 + 2 * min_gain, 2: 1.0 + min_gain}).level == 2  # its default is that rule
+    def pays(speedup):
+        return decision_side(speedup, MIN_GAIN) == "a gain"
+
+    assert not pays(1.0 + MIN_GAIN) and pays(1.0 + MIN_GAIN + 1e-6) and not pays(0.9)
+    assert rules.find_crossover({1: 1.0 + 2 * MIN_GAIN, 2: 1.0 + MIN_GAIN}, pays).level == 2
+    with pytest.raises(TypeError):
+        rules.find_crossover({1: 1.2})  # no default threshold to fall back on
+    nb = nbformat.read(NOTEBOOKS / "06_context_and_concurrency.ipynb", as_version=4)
+    tree = ast.parse("\n".join(c.source for c in nb.cells if c.cell_type == "code"))
+    own = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "pays")
+    assert "decision_side(speedup, min_gain)" in ast.unparse(own)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "find_crossover"]
+    given = [[a.id for a in [*n.args, *(k.value for k in n.keywords)] if isinstance(a, ast.Name)] for n in calls]
+    assert given and all("pays" in names for names in given), given
 
 
 def test_crossover_where_speculation_stops_paying():
@@ -309,9 +300,9 @@ def test_crossover_first_loss_after_a_gain_even_when_noisy():
 def test_01_builds_the_cost_model_that_theory_reuses():
     """01 defines E(alpha, k), the speedup and the break-even alpha where its derivation is read; the helpers the
     later notebooks call (costmodel.theory) must give the same numbers, or one of the two has drifted."""
-    from specdec_helpers.costmodel import theory
+    from specdec_helpers.costmodel import rules, theory
 
-    ns = notebook_names("01_how_it_works.ipynb", "expected_tokens_per_pass", "predicted_speedup", "break_even_alpha")
+    ns = vars(rules)  # 01's definitions, exported by `make rules`
     for k in (1, 2, 4, 8):
         for alpha in np.linspace(0, 1, 21):
             assert ns["expected_tokens_per_pass"](float(alpha), k) == pytest.approx(
@@ -327,19 +318,26 @@ def test_01_builds_the_cost_model_that_theory_reuses():
 def test_04_defines_coverage_as_the_summaries_compute_it():
     import pandas as pd
 
+    from specdec_helpers.costmodel import rules
     from specdec_helpers.measure import evaluate
 
-    ns = notebook_names("04_choosing_a_draft.ipynb", "draft_coverage")
-    for drafts, accepted, tokens in [(10, 30, 41), (6, 18, 41), (0, 0, 41), (12, 40, 41), (3, 2, 1)]:
+    assert evaluate.draft_coverage is rules.draft_coverage  # the summaries use 04's rule itself
+    # f = drafts / (drafts + plain steps), plain = decoded tokens after the first, less drafted steps and accepted
+    # tokens; a second row (5 drafts, 5 accepted, 30 tokens) in every frame
+    expected = {(10, 30, 41): 15 / 34, (6, 18, 41): 11 / 46, (0, 0, 41): 5 / 64, (12, 40, 41): 17 / 24,
+                (3, 2, 1): 8 / 22}
+    for (drafts, accepted, tokens), f in expected.items():
         rows = pd.DataFrame({"drafts": [drafts, 5], "accepted_tokens": [accepted, 5], "completion_tokens": [tokens, 30]})
-        assert ns["draft_coverage"](rows) == pytest.approx(evaluate.draft_coverage(rows))
+        assert rules.draft_coverage(rows) == pytest.approx(f)
+    none = pd.DataFrame({"drafts": [0], "accepted_tokens": [0], "completion_tokens": [1]})
+    assert rules.draft_coverage(none) == 0.0
 
 
 def test_05_defines_the_draft_rule_that_06_reuses():
+    from specdec_helpers.costmodel import rules
     from specdec_helpers.report import recommendation
 
-    ns = notebook_names("05_structured_vs_creative.ipynb", "draft_rule",
-                        extra={"DraftChoice": recommendation.DraftChoice})
+    assert recommendation.draft_rule is rules.draft_rule and recommendation.DraftChoice is rules.DraftChoice
     where = "recorded by notebook 04 in this run (x)"
     draft = {"candidate": "d-small", "method": "draft_model", "draft_model": "d-small", "target_model": "t"}
     cases = [(None, "no recommendation recorded by notebook 04 in runs/x"),
@@ -349,61 +347,77 @@ def test_05_defines_the_draft_rule_that_06_reuses():
              ({"candidate": None, "target_model": "t", "reason": "nothing measured reliably"}, where),
              ({**draft, "target_model": "other"}, where), (draft, where),
              ({"candidate": "d-profile", "method": "draft_model", "draft_model": "d-profile"}, where)]
-    for found, at in cases:
-        assert ns["draft_rule"](found, at, "d-profile", "t") == recommendation.draft_rule(found, at, "d-profile", "t")
-    assert ns["draft_rule"](draft, "x", "d-profile", "t").draft_model == "d-small"
+    chosen = [(c.draft_model, c.from_recommendation) for c in
+              (rules.draft_rule(found, at, "d-profile", "t") for found, at in cases)]
+    assert chosen == [("d-profile", False)] * 6 + [("d-small", True), ("d-profile", True)]
+    for (found, at), choice in zip(cases, (rules.draft_rule(f, a, "d-profile", "t") for f, a in cases)):
+        assert isinstance(choice, rules.DraftChoice) and at in choice.reason
+    assert rules.draft_rule(draft, "x", "d-profile", "t").draft_model == "d-small"
     for found, _ in cases[1:6]:  # no draft model (or no recommendation, or another target): the profile's draft
-        assert ns["draft_rule"](found, "x", "d-profile", "t").draft_model == "d-profile"
+        assert rules.draft_rule(found, "x", "d-profile", "t").draft_model == "d-profile"
 
 
 def test_04_defines_the_reliability_rule_07_applies():
-    from specdec_helpers.costmodel import verdict
+    from specdec_helpers.costmodel import rules
 
-    ns = notebook_names("04_choosing_a_draft.ipynb", "measured_reliably", "C_FLOOR")
-    assert ns["C_FLOOR"] == verdict.C_FLOOR
+    assert rules.C_FLOOR == -0.1
     for kept in range(0, 10):
         for flagged in range(0, 10):
             for minimum in (1, 2, 3, 6):
                 for c in (math.nan, None, -0.5, -0.1, -0.05, 0.0, 0.4):
-                    assert ns["measured_reliably"](kept, flagged, minimum, c) == verdict.measured_reliably(
-                        kept, flagged, minimum, c)
+                    below_floor = c is not None and c < rules.C_FLOOR  # NaN or None: nothing drafted, no floor
+                    assert rules.measured_reliably(kept, flagged, minimum, c) is (
+                        kept >= minimum and flagged < kept and not below_floor), (kept, flagged, minimum, c)
     # the issue's my-lookup: 4 clean pairs would not make a server whose steps beat the baseline's (c = -0.23) a pick
-    assert not verdict.measured_reliably(4, 0, 3, -0.23) and verdict.measured_reliably(4, 0, 3, -0.02)
+    assert not rules.measured_reliably(4, 0, 3, -0.23) and rules.measured_reliably(4, 0, 3, -0.02)
     # the issue's case: 1 pair kept of 4, 3 flagged, is not a basis for a pick; 4 clean pairs are
-    assert not verdict.measured_reliably(1, 3, 3) and verdict.measured_reliably(4, 0, 3)
-    assert not verdict.measured_reliably(3, 3, 3)  # a flagged half is not fewer flagged than kept
+    assert not rules.measured_reliably(1, 3, 3) and rules.measured_reliably(4, 0, 3)
+    assert not rules.measured_reliably(3, 3, 3)  # a flagged half is not fewer flagged than kept
 
 
 def test_04_defines_the_paired_speedup_and_the_verdict_rule_the_helpers_apply():
-    """04's cells are the series' rule from paired ratios to a word; 05 and 07 call the helpers, which must agree."""
-    from specdec_helpers.costmodel import analysis, verdict
+    """04's cells are the series' rule from paired ratios to a word; 05 and 07 call the helpers, which apply it."""
+    from specdec_helpers.costmodel import analysis, rules, verdict
+    from specdec_helpers.measure import evaluate
     from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci
 
-    ns = notebook_names("04_choosing_a_draft.ipynb", "paired_speedup", "speedup_reading",
-                        extra={"bootstrap_ci": bootstrap_ci, "MIN_VALUES_FOR_INTERVAL": MIN_VALUES_FOR_INTERVAL,
-                               **{n: getattr(verdict, n) for n in ("FASTER", "SLOWER", "SMALL_GAIN",
-                                                                   "NOT_DISTINGUISHABLE")}})
+    assert analysis.paired_speedup is rules.paired_speedup and evaluate.paired_speedup is rules.paired_speedup
     rng = np.random.default_rng(3)
     for n in (0, 1, 5, 8, 12, 30):
         ratios = rng.lognormal(0.2, 0.3, n)
         ratios = np.append(ratios, [np.nan, np.inf]) if n else ratios
-        ours, theirs = ns["paired_speedup"](ratios), analysis.paired_speedup(ratios)
-        assert np.allclose(ours, theirs, equal_nan=True), (n, ours, theirs)
+        point, lo, hi = rules.paired_speedup(ratios)
+        assert np.allclose(rules.paired_speedup(ratios), (point, lo, hi), equal_nan=True)  # a seeded bootstrap
+        if n == 0:
+            assert all(math.isnan(v) for v in (point, lo, hi))
+            continue
+        finite = ratios[np.isfinite(ratios)]
+        assert point == pytest.approx(np.median(finite))
+        # the helpers' former copy (seed 0): the same numbers
+        assert np.allclose((point, lo, hi), bootstrap_ci(finite, np.median, seed=0, min_n=MIN_VALUES_FOR_INTERVAL),
+                           equal_nan=True)
+        assert (math.isnan(lo) and math.isnan(hi)) if n < MIN_VALUES_FOR_INTERVAL else lo <= point <= hi, (n, lo, hi)
     grid = [(p, lo, hi, n) for p in (0.8, 1.02, 1.1, 1.5, math.nan) for lo in (0.7, 0.98, 1.02, 1.08, math.nan)
             for hi in (0.95, 1.04, 1.3) for n in (4, 8, 20) if not lo > hi]
     for point, lo, hi, n in grid:
         for min_gain in (0.0, 0.05, 0.1):
-            assert ns["speedup_reading"](point, lo, hi, n, min_gain) == verdict.speedup_reading(point, lo, hi, n,
-                                                                                                min_gain)
+            reading = rules.speedup_reading(point, lo, hi, n, min_gain)
+            if math.isnan(point):
+                assert reading == "not measured"
+            elif n < MIN_VALUES_FOR_INTERVAL or math.isnan(lo):
+                assert reading.startswith("no verdict")
+            else:
+                assert reading == (verdict.FASTER if lo > 1.0 + min_gain else verdict.SLOWER if hi < 1.0 else
+                                   verdict.SMALL_GAIN if lo > 1.0 else verdict.NOT_DISTINGUISHABLE), (point, lo, hi, n)
     # and the words are the rule's: an interval above 1 + min_gain is "faster", one below 1 "slower"
-    assert ns["speedup_reading"](1.5, 1.2, 1.8, 8, 0.05) == verdict.FASTER
-    assert ns["speedup_reading"](0.8, 0.7, 0.9, 8, 0.05) == verdict.SLOWER
+    assert rules.speedup_reading(1.5, 1.2, 1.8, 8, 0.05) == verdict.FASTER
+    assert rules.speedup_reading(0.8, 0.7, 0.9, 8, 0.05) == verdict.SLOWER
 
 
 def test_01_defines_the_best_k_search_that_theory_reuses():
-    from specdec_helpers.costmodel import theory
+    from specdec_helpers.costmodel import rules, theory
 
-    ns = notebook_names("01_how_it_works.ipynb", "expected_tokens_per_pass", "predicted_speedup", "best_k")
+    ns = vars(rules)  # 01's definitions, exported by `make rules`
     measured = theory.VerifyCost({1: 1.0, 2: 1.1, 3: 1.15, 5: 1.4, 9: 2.3})  # keyed by positions n = k + 1
     for alpha in np.linspace(0, 1, 11):
         for c in (0.0, 0.05, 0.2, 0.5):

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from specdec_helpers.costmodel import analysis, theory
+from specdec_helpers.costmodel import analysis, rules, theory
 from specdec_helpers.measure import evaluate
 from specdec_helpers.measure.paired import INTERLEAVED, SANDWICH, sandwich_drift
 from specdec_helpers.measure.requests import interleaved_order
@@ -119,11 +119,11 @@ def test_draft_coverage_counts_steps_with_and_without_a_draft():
     # 41 tokens: 1 from prefill, 40 decoded. 6 drafted steps yield 1 + 3 accepted = 24 tokens; the other 16 came
     # one per plain step: f = 6 / (6 + 16)
     spec = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5, drafts=6, accepted=18)).query("server == 'draft'")
-    assert evaluate.draft_coverage(spec) == pytest.approx(6 / 22)
+    assert rules.draft_coverage(spec) == pytest.approx(6 / 22)
     # two requests pool their steps; no drafts at all: coverage 0
     two = pd.concat([spec, spec.assign(drafts=10, accepted_tokens=30)])
-    assert evaluate.draft_coverage(two) == pytest.approx((6 + 10) / (6 + 16 + 10))
-    assert evaluate.draft_coverage(spec.assign(drafts=0, accepted_tokens=0)) == 0.0
+    assert rules.draft_coverage(two) == pytest.approx((6 + 10) / (6 + 16 + 10))
+    assert rules.draft_coverage(spec.assign(drafts=0, accepted_tokens=0)) == 0.0
 
 
 def test_summarize_candidate_on_recorded_rows_matches_the_hand_computed_numbers():

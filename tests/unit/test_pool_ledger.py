@@ -12,6 +12,7 @@ import nbformat
 from specdec_helpers.engine import pool
 from specdec_helpers.engine.serving import VLLMServer
 from tools.run_series import NOTEBOOKS_DIR, execution_order, find_notebooks, uses_shared_servers
+from tools.server_pool import RunPool
 
 
 def _model(tmp_path: Path, name: str) -> Path:
@@ -24,7 +25,7 @@ def _model(tmp_path: Path, name: str) -> Path:
 
 def test_own_starts_count_among_the_runs_starts(tmp_path, monkeypatch):
     monkeypatch.setenv(pool.NOTEBOOK_ENV, "01_how_it_works")
-    ledger = pool.ServerPool(tmp_path / "pool", os.getpid())
+    ledger = RunPool(tmp_path / "pool", os.getpid())
     server = VLLMServer(_model(tmp_path, "m"), name="speculative", log_dir=tmp_path, shared=False)
     ledger.note_own_start(server)
     summary = ledger.summary()
@@ -65,7 +66,7 @@ def test_making_room_stops_idle_servers_least_used_then_least_recently_used_and_
 
     from specdec_helpers.engine.processes import group_alive
 
-    ledger = pool.ServerPool(tmp_path / "ledger", os.getpid())
+    ledger = RunPool(tmp_path / "ledger", os.getpid())
     entries = {  # name: (uses, last_used, held by a live process)
         "often-old": (5, 100.0, False), "once-recent": (1, 300.0, False), "once-old": (1, 200.0, False),
         "busy": (0, 50.0, True)}

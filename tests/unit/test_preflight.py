@@ -208,6 +208,7 @@ def test_draft_with_same_size_but_other_tokenizer_is_refused(toy_drafts):
 
 
 # ----------------------------------------------------------------------------- happy path
+@pytest.mark.needs_the_machine  # it checks the free memory of this machine for two servers
 def test_a_run_that_fits_passes_and_prints_its_table(tokenizer):
     prompts = select(load_prompt_sets(["structured", "creative"]), limit_per_class=2)
     report = run(draft_model="smollm2-draft-4l", prompts=prompts, max_tokens=24, servers=2)
@@ -235,6 +236,7 @@ def test_cli_refuses_gpu_profile_without_gpu_in_one_message(capsys):
     assert "Traceback" not in out.out + out.err
 
 
+@pytest.mark.needs_the_machine  # it checks the free memory of this machine for two servers
 def test_cli_checks_context_lengths_of_a_profile(capsys):
     assert preflight_cli.main(["--profile", "cpu-tiny", "--smoke"]) == 0
     assert "All checks passed." in capsys.readouterr().out

@@ -233,15 +233,15 @@ def test_committed_references_are_readable_and_match_the_spec():
             assert key in data["provenance"], f"{path.name}: provenance lacks {key}"
 
 
-def test_a_speedup_on_the_other_side_of_one_reads_as_a_different_verdict_before_closeness():
+def test_a_speedup_on_the_other_side_of_one_reads_as_the_other_side_before_closeness():
     from specdec_helpers.report.reference import KeyNumber, compare, decision_side
 
     speedup = KeyNumber("speedup/*", "the load", tolerance=0.3, relative=True, decision=True)
     # 0.87 is within 30% of 1.10, yet one is a loss and the other a gain: the reading says so first
     outside, reading = compare(speedup, 0.87, 1.10, True)
-    assert outside is True and reading.startswith("different verdict (yours: a loss, the reference: a gain)")
+    assert outside is True and reading.startswith("other side of 1 + min_gain (yours: a loss, the reference: a gain)")
     outside, reading = compare(speedup, 1.25, 1.40, True)
-    assert outside is False and reading == "same verdict (a gain); within the noise"
+    assert outside is False and reading == "same side of 1 + min_gain (a gain); within the noise"
     outside, reading = compare(speedup, 1.03, 1.10, True)  # a gain, but below 1 + min_gain
     assert outside is True and "a gain too small" in reading
     assert [decision_side(x) for x in (0.99, 1.0, 1.05, 1.06)] == ["a loss", "a gain too small", "a gain too small", "a gain"]

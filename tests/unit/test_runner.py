@@ -61,6 +61,7 @@ def test_kernels_listen_on_private_sockets_so_the_console_has_no_transport_warni
     assert before == set() and not glob.glob(str(private / "specdec-kernel-*"))  # its sockets' folder removed
 
 
+@pytest.mark.needs_the_machine  # its preflight checks the free memory for the profile's servers
 def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
     code = runner.main(["--profile", "cpu-tiny", "--smoke", "--out", str(tmp_path / "runs")])
     assert code == 0
@@ -71,6 +72,7 @@ def test_main_writes_index_with_key_numbers(tiny_notebook, tmp_path, capsys):
     assert (run_dir / "results.csv").read_text().startswith("a,table")
 
 
+@pytest.mark.needs_the_machine  # its preflight checks the free memory for the profile's servers
 def test_failing_notebook_is_reported_and_fails_the_run(tiny_notebook, tmp_path):
     nb = nbformat.read(tiny_notebook, as_version=4)
     nb.cells.append(new_code_cell("raise ValueError('boom')"))
@@ -198,6 +200,7 @@ def test_kernels_import_this_clones_package_whatever_the_shared_environment_poin
     assert found.strip().startswith(str(runner.REPO_ROOT))
 
 
+@pytest.mark.needs_the_machine  # its preflight checks the free memory for the profile's servers
 @pytest.mark.parametrize("fmt", ["openai-batch", "openai-chat"])
 def test_make_worth_it_takes_openai_files_as_they_come_and_names_a_bad_line(tmp_path, capsys, fmt):
     """`make worth-it PROMPTS=...` with an OpenAI batch or chat file, no edits: the run's preflight reads it (and the
