@@ -52,10 +52,13 @@ def shape(path: Path) -> Shape:
     cells = [c for c in json.loads(path.read_text())["cells"]
              if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])]
     sizes = [len(code_lines(c)) for c in cells] or [0]
-    lines = [line for c in cells for line in code_lines(c)]
-    share = (lambda pattern: sum(bool(pattern.search(line)) for line in lines) / len(lines)) if lines else (lambda _: 0.0)
+    lines = [line for c in cells for line in code_lines(c)] or [""]
     return Shape(path.stem, len(cells), statistics.median(sizes), sum(n > LONG_LINES for n in sizes), max(sizes),
-                 share(_PROSE), share(_KEEPING))
+                 _share(_PROSE, lines), _share(_KEEPING, lines))
+
+
+def _share(pattern: re.Pattern, lines: list[str]) -> float:
+    return sum(bool(pattern.search(line)) for line in lines) / len(lines)
 
 
 def shapes(folder: Path = NOTEBOOKS) -> list[Shape]:

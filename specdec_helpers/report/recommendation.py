@@ -31,9 +31,9 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
     if not path.is_file():  # read from an executed notebook's outputs: its folder is its session's
         return found, f"recorded by notebook 04 in {Path(run_dir).name}"
     written = path.stat().st_mtime
-    age_h = (time.time() - written) / 3600
-    when = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(written))}, {age_h:.1f} h ago"
-    if Path(run_dir).name == INTERACTIVE and age_h * 3600 > STALE_AFTER_S:
+    age_s = time.time() - written
+    when = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(written))}, {age_s / 3600:.1f} h ago"
+    if Path(run_dir).name == INTERACTIVE and age_s > STALE_AFTER_S:
         return None, (f"notebook 04's recommendation in {run_dir} was recorded {when}, by another session: "
                       "rerun 04, or use `make lab`, whose session has a run folder of its own")
     return found, f"recorded by notebook 04 in {Path(run_dir).name} at {when}"
