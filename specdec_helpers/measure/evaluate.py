@@ -55,16 +55,7 @@ def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, ti
     does not need it) and v(n) for every n of ``verify_ks`` and for n = k + 1, the pass that checks k drafts
     (measured, not interpolated: the guard and c divide by it)."""
     step_s = decode_step_seconds(server) if time_step else math.nan
-    ks = sorted({*map(int, verify_ks), int(k) + 1})
-    for attempt in (1, 2, 3):  # a burst of other work can make a pass look cheaper than nothing: measure again
-        table = phases.add_verify_ratio(phases.verify_cost(server, ks=ks))
-        try:
-            summary = phases.summarize_verify_cost(table)
-            break
-        except ValueError as exc:
-            if attempt == 3:
-                raise
-            print(f"{exc}\nMeasuring v(n) again.")
+    summary = timed_verify_summary(server, sorted({*map(int, verify_ks), int(k) + 1}))
     return Baseline(server=server, step_s=step_s, verify_summary=summary,
                     verify=theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()}),
                     verify_low=theory.VerifyCost({int(n): float(v) for n, v in summary["ci_low"].items()}))
@@ -150,9 +141,24 @@ def learns_in_server(server: VLLMServer) -> bool:
 VERIFY_NEXT_TO_PAIRS_ROUNDS = 5
 
 
+def timed_verify_summary(server: VLLMServer, ks: Sequence[int], attempts: int = 3, **timing: Any) -> pd.DataFrame:
+    """``phases.summarize_verify_cost`` of v(n) for every n of ``ks`` on the running ``server``, timed again (up to
+    ``attempts`` times in all) when a burst of other work made a pass look cheaper than nothing: on a busy 2-core
+    machine that happens now and then, and one retimed round costs seconds where a failed notebook costs its run."""
+    def timed() -> pd.DataFrame:
+        return phases.summarize_verify_cost(phases.add_verify_ratio(phases.verify_cost(server, ks=ks, **timing)))
+
+    for _ in range(attempts - 1):
+        try:
+            return timed()
+        except ValueError as exc:
+            print(f"{exc}\nMeasuring v(n) again.")
+    return timed()  # the last attempt's error is the notebook's
+
+
 def verify_next_to_pairs(server: VLLMServer, k: int) -> tuple[float, float]:
     """v(k+1) on the running baseline ``server``, now: (median, low end of its 95% interval)."""
-    summary = phases.summarize_verify_cost(phases.verify_cost(server, ks=[k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS))
+    summary = timed_verify_summary(server, [k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS)
     return float(summary.loc[k + 1, "v"]), float(summary.loc[k + 1, "ci_low"])
 
 
