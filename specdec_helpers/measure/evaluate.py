@@ -146,7 +146,7 @@ def timed_verify_summary(server: VLLMServer, ks: Sequence[int], attempts: int = 
     ``attempts`` times in all) when a burst of other work made a pass look cheaper than nothing: on a busy 2-core
     machine that happens now and then, and one retimed round costs seconds where a failed notebook costs its run."""
     def timed() -> pd.DataFrame:
-        return phases.summarize_verify_cost(phases.add_verify_ratio(phases.verify_cost(server, ks=ks, **timing)))
+        return phases.summarize_verify_cost(phases.verify_cost(server, ks=ks, **timing))  # it adds the ratios itself
 
     for _ in range(attempts - 1):
         try:
