@@ -126,6 +126,15 @@ SERIES_RESERVE_GIB = 9.5
 SERIES_POINTERS = RAM_LOCK.with_suffix(".pools")  # one file per worker holding its pool's folder
 
 
+def series_environment(pool, notebook: str) -> dict[str, str]:
+    """What a kernel of the notebook tier needs to share ``pool``: its variables, the notebook's name, and the
+    reserve. Every test that starts servers in a pool sets all of it: a pool without the reserve filled the memory
+    the other worker's servers needed, and the kernel's out-of-memory killer stopped one of them mid-start."""
+    from specdec_helpers.engine.pool import NOTEBOOK_ENV, RESERVE_ENV
+
+    return {**pool.environment(), NOTEBOOK_ENV: notebook, RESERVE_ENV: str(SERIES_RESERVE_GIB)}
+
+
 def stop_idle_series_servers() -> int:
     """Stop the idle servers of every worker's notebook pool on this machine."""
     from tools.server_pool import RunPool

@@ -34,6 +34,7 @@ from specdec_helpers.engine.install import check_python, vllm_install
 from specdec_helpers.engine.pool import active_pool, server_key
 from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.engine.processes import group_ram_bytes
+from specdec_helpers.engine.server_log import start_failure_excerpt
 from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
 __all__ = ["HOST", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
@@ -281,7 +282,7 @@ class VLLMServer:
                "loading or compiling (a GPU's first start can take many minutes), raise server_start_timeout_s in "
                "the profile (params/<profile>.yaml, or --set server_start_timeout_s=...), which notebooks pass as "
                "startup_timeout_s.")
-        raise ServerStartError(f"vLLM server '{self.name}' {why}\nLast lines of {self.log_path}:\n{self.log_tail()}")
+        raise ServerStartError(f"vLLM server '{self.name}' {why}\n{start_failure_excerpt(self.log_path)}")
 
     def _attach(self, entry: Any, reused: bool) -> None:
         """Use the pool's server ``entry`` (the pool stops it, not this handle)."""

@@ -106,12 +106,9 @@ def demo_pool(tmp_path_factory):
 @pytest.mark.parametrize("way", ["voila", "jupyterlab"])
 def test_demo_streams_both_answers_in_chromium(way: str, demo_pool, monkeypatch):
     chromium = chromium_executable()
-    from conftest import SERIES_RESERVE_GIB
+    from conftest import series_environment
 
-    from specdec_helpers.engine.pool import NOTEBOOK_ENV, RESERVE_ENV
-
-    for name, value in {**demo_pool.environment(), NOTEBOOK_ENV: f"demo-{way}",
-                        RESERVE_ENV: str(SERIES_RESERVE_GIB)}.items():
+    for name, value in series_environment(demo_pool, f"demo-{way}").items():
         monkeypatch.setenv(name, value)  # Voila and JupyterLab pass it to the kernel, which starts the servers
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright

@@ -49,6 +49,44 @@ def test_server_that_dies_at_start_shows_its_log_and_leaves_nothing(target_dir, 
     assert len(our_children()) == before
 
 
+def test_a_worker_killed_while_starting_is_named_with_the_free_memory(target_dir, tmp_path):
+    """What CI saw when two test workers' servers outgrew the machine: the kernel's OOM killer stopped a server's
+    worker mid-start, and the log's tail held only the API server's traceback ("See root cause above"). Here the
+    worker is killed by the same signal the OOM killer sends where CI's was: once it sizes its KV cache (killed
+    earlier, while it loads the model, vLLM reports a failed initialisation without the exit code)."""
+    import signal
+    import threading
+
+    import psutil
+
+    before = len(our_children())
+    server = VLLMServer(target_dir, name="killed", log_dir=tmp_path, max_model_len=1024, dtype="float32")
+    killed = []
+
+    def kill_the_worker() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            log = server.log_path.read_text(errors="replace") if server.log_path.exists() else ""
+            if server.process is not None and "for KV cache" in log:
+                for child in psutil.Process(server.process.pid).children(recursive=True):
+                    if child.name().startswith("VLLM::Worker"):
+                        os.kill(child.pid, signal.SIGKILL)
+                        killed.append(child.pid)
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_worker, daemon=True)
+    killer.start()
+    with pytest.raises(ServerStartError) as info:
+        server.start()
+    killer.join(timeout=5)
+    message = str(info.value)
+    assert killed, "the worker was never seen, so nothing was killed"
+    assert "out-of-memory killer" in message and "GiB of memory is free now" in message
+    assert "First errors in" in message and "died unexpectedly (exit code: -9)" in message
+    assert not server.running
+    assert len(our_children()) == before
+
+
 def test_start_timeout_stops_the_process(target_dir, tmp_path):
     before = len(our_children())
     server = VLLMServer(target_dir, name="slow", log_dir=tmp_path, startup_timeout_s=3)

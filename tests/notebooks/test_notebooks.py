@@ -602,17 +602,14 @@ NOTEBOOKS = find_notebooks()
 def test_notebook_runs_and_records_expected_values(notebook: Path, tmp_path: Path, monkeypatch, series_pool):
     """Run as ``make run`` runs it: in its order, its servers shared with the other notebooks of this session
     (``series_pool``, tests/conftest.py). A notebook run alone (``-k 06``) starts what it needs itself."""
-    from conftest import SERIES_RESERVE_GIB
-
-    from specdec_helpers.engine.pool import NOTEBOOK_ENV, RESERVE_ENV
+    from conftest import series_environment
 
     assert notebook.stem in EXPECTATIONS, f"add expectations for {notebook.stem} to EXPECTATIONS"
     # The kernel, and every server it starts, inherit this mark: the check below then looks only
     # at this notebook's servers, not at other programs' vLLM processes on the same machine.
     mark = f"{notebook.stem}-{uuid.uuid4().hex}"
     monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
-    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: notebook.stem,
-                        RESERVE_ENV: str(SERIES_RESERVE_GIB)}.items():
+    for name, value in series_environment(series_pool, notebook.stem).items():
         monkeypatch.setenv(name, value)
     run = execute(notebook, load_profile("cpu-tiny", smoke=True), tmp_path)
     _assert_no_server_survived(mark, shared={e.pgid for e in series_pool.running()})
@@ -667,7 +664,7 @@ def test_07_gives_one_verdict_for_a_classless_file_measured_with_lookups_only(tm
     the same requests by another statistic, which could name another method)."""
     import json
 
-    from specdec_helpers.engine.pool import NOTEBOOK_ENV
+    from conftest import series_environment
 
     questions = ["Return only JSON with keys name and age for: Ana, 31.", "Write a SQL query counting rows of orders.",
                  "Write a Python function that returns the square of n.", "Write a haiku about rain."]
@@ -676,7 +673,7 @@ def test_07_gives_one_verdict_for_a_classless_file_measured_with_lookups_only(tm
                             for q in questions))
     mark = f"07-classless-{uuid.uuid4().hex}"
     monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
-    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: "07_is_it_worth_it"}.items():
+    for name, value in series_environment(series_pool, "07_is_it_worth_it").items():
         monkeypatch.setenv(name, value)
     params = load_profile("cpu-tiny", smoke=True) | {"prompts_file": str(mine), "draft_candidates": ["ngram", "traffic"]}
     run = execute(next(n for n in NOTEBOOKS if n.stem == "07_is_it_worth_it"), params, tmp_path)
@@ -696,11 +693,11 @@ def test_07_gives_one_verdict_for_a_classless_file_measured_with_lookups_only(tm
 # none, a 04 that failed) and runs the notebook that follows on real cpu-tiny engines.
 
 def _run_after(notebook_stem: str, tmp_path: Path, monkeypatch, series_pool, params: dict | None = None):
-    from specdec_helpers.engine.pool import NOTEBOOK_ENV
+    from conftest import series_environment
 
     mark = f"{notebook_stem}-after-04-{uuid.uuid4().hex}"
     monkeypatch.setenv("SPECDEC_TEST_RUN", mark)
-    for name, value in {**series_pool.environment(), NOTEBOOK_ENV: notebook_stem}.items():
+    for name, value in series_environment(series_pool, notebook_stem).items():
         monkeypatch.setenv(name, value)
     run = execute(next(n for n in NOTEBOOKS if n.stem == notebook_stem),
                   load_profile("cpu-tiny", smoke=True) | (params or {}), tmp_path)
@@ -769,9 +766,14 @@ def test_07_gives_no_yes_when_no_candidate_was_measured_reliably(tmp_path: Path,
 def test_a_series_whose_04_fails_runs_05_and_still_writes_its_report(tmp_path: Path, monkeypatch, series_pool):
     """`make run` goes on past a failed notebook: 04 dies in its first code cell (a draft that does not exist), 05
     runs on the profile's draft and says why, index.html names the failure, and the run exits non-zero."""
+    from conftest import series_environment, stop_idle_series_servers
+
     from tools import run_series
 
-    for name, value in series_pool.environment().items():
+    # run_series opens a pool of its own, which cannot stop the series pool's idle servers: they give their memory
+    # back first (left up, they and the other worker's servers outgrew the machine: a worker was OOM-killed in CI)
+    stop_idle_series_servers()
+    for name, value in series_environment(series_pool, "").items():
         monkeypatch.setenv(name, value)
     code = run_series.main(["--profile", "cpu-tiny", "--smoke", "--notebooks", "04", "05", "--no-preflight",
                             "--set", 'draft_candidates=["no-such-draft"]', "--out", str(tmp_path)])
