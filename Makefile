@@ -15,7 +15,7 @@ RUN_ARGS = $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(foreach p,$(SET),--set 
 .PHONY: run test test-fast smoke worth-it lab env help preflight demo reference compare rules
 help:
 	@echo "make run [PROFILE=cpu-coder|cpu-tiny|gpu-llama|gpu-qwen3] [NOTEBOOKS='00 01']  execute the series"
-	@echo "make test [PYTEST_ARGS=...]   run all three test tiers (real vLLM on the CPU, two pinned workers; 22-33 min on 2 cores)"
+	@echo "make test [PYTEST_ARGS=...]   run all three test tiers (real vLLM on the CPU, two pinned workers; 45-50 min on 2 cores)"
 	@echo "make test-fast                 the unit tier only (tests/unit: no server, about 1.5 min); run it while you work"
 	@echo "make smoke                     execute the series with the small test parameters"
 	@echo "make preflight [SMOKE=1]       check prompts, memory and models of PROFILE before any server starts"

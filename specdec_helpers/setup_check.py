@@ -7,7 +7,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from specdec_helpers.costmodel.analysis import first_difference
 
@@ -51,9 +51,6 @@ class Divergence:
     other_prob: float | None
     logit_gap: float | None
     gap_is_lower_bound: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def explain_divergence(baseline: GreedyAnswer, other_text: str) -> Divergence | None:

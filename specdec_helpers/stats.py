@@ -9,17 +9,17 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 
-def _as_clean_array(values: Iterable[float], what: str = "values") -> np.ndarray:
+def _as_clean_array(values: Iterable[float]) -> np.ndarray:
     """1-D float array with NaNs dropped (a failed run is a missing value, not a zero)."""
     try:
         arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float).ravel()
     except (TypeError, ValueError):
-        raise ValueError(f"{what} must be numbers") from None
+        raise ValueError("values must be numbers") from None
     arr = arr[~np.isnan(arr)]
     if arr.size == 0:
-        raise ValueError(f"{what} is empty (after dropping NaN): nothing to summarise")
+        raise ValueError("values is empty (after dropping NaN): nothing to summarise")
     if np.any(np.isinf(arr)):
-        raise ValueError(f"{what} contains infinite values")
+        raise ValueError("values contains infinite values")
     return arr
 
 

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from specdec_helpers.engine.cpu import core_share, usable_core_ids
+from specdec_helpers.engine.server_log import start_failure_excerpt
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import draft_model_config, ngram_config
 from specdec_helpers.models.resolve import resolve_model
@@ -275,8 +276,8 @@ def pytest_runtest_setup(item: pytest.Item):
         if server is not None and server.process is not None and not server.running:
             code = server.process.returncode
             pytest.fail(f"the shared server {server.name!r} exited (code {code}; -9 means killed, on a "
-                        f"small machine usually by the kernel's OOM killer) before this test. Last lines "
-                        f"of {server.log_path}:\n{server.log_tail()}", pytrace=False)
+                        f"small machine usually by the kernel's OOM killer) before this test.\n"
+                        f"{start_failure_excerpt(server.log_path)}", pytrace=False)
     return result
 
 
@@ -338,10 +339,11 @@ def nothing_left_running():
     yield
     import time
 
-    from specdec_helpers.engine.serving import surviving_processes
+    from specdec_helpers.engine.processes import group_alive
+    from specdec_helpers.engine.serving import started_groups
 
     deadline = time.time() + 30
-    while surviving_processes() and time.time() < deadline:
+    while any(map(group_alive, started_groups)) and time.time() < deadline:
         time.sleep(1)
-    leftovers = surviving_processes()
-    assert not leftovers, f"processes of test servers left running: {leftovers}"
+    leftovers = [group for group in started_groups if group_alive(group)]
+    assert not leftovers, f"process groups of test servers left running: {leftovers}"

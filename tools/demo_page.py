@@ -33,7 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.engine.serving import HOST, exit_with_parent, free_port
+from specdec_helpers.engine.endpoints import HOST, free_port
+from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from tools.profiles import load_profile
 

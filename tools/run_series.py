@@ -426,7 +426,7 @@ def expected_times(profile: str, smoke: bool, overrides: dict[str, Any] | None =
     if overrides:
         return {}, f"no reference run with {', '.join(sorted(overrides))} set"
     path, same_class = reference_file(profile, cpu_class=machine_class())
-    reference = load_reference(path.stem, path.parent) if path else None
+    reference = load_reference(path) if path else None
     if reference is None:
         return {}, f"no reference run for profile {profile} yet"
     prov = reference.get("provenance") or {}

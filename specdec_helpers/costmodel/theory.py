@@ -2,8 +2,8 @@
 
 A speculative step costs ``k * c + v(k + 1)`` target decode steps and yields ``E(alpha, k)`` tokens. The papers
 (Leviathan et al. 2023; Chen et al. 2023) take ``v = 1``, near true on a GPU at small batch; on a CPU or at high
-concurrency extra positions cost, so ``v`` is measured (:class:`VerifyCost`: ``v(n)``, a pass over n positions; checking k drafts is ``v(k + 1)``).
-"""
+concurrency extra positions cost, so ``v`` is measured (:class:`VerifyCost`: ``v(n)``, a pass over n positions;
+checking k drafts is ``v(k + 1)``)."""
 
 from __future__ import annotations
 
@@ -118,8 +118,9 @@ class _PiecewiseLinear:
 
 
 class VerifyCost(_PiecewiseLinear):
-    """Measured ``{n: time(forward over n positions) / time(decode step)}``; ``v(n) = self(n)``: checking k drafts is ``self(k + 1)``, ``n = 1`` is 1.0.
-    Empty is an error: more likely a lost measurement than a claim that verifying is free."""
+    """Measured ``{n: time(forward over n positions) / time(decode step)}``; ``v(n) = self(n)``: checking k drafts
+    is ``self(k + 1)``, ``n = 1`` is 1.0. Empty is an error: more likely a lost measurement than a claim that
+    verifying is free."""
 
     def __init__(self, ratios: Mapping[int, float]) -> None:
         points = dict(ratios)
@@ -137,7 +138,7 @@ VerifyLike = VerifyCost | float | int | None
 
 
 def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None) -> float:
-    """``E(alpha, k) / (k * c + v(k + 1))``, a draft at every step; ``verify``: a VerifyCost, ``v(n)`` or None (v = 1)."""
+    """``E(alpha, k) / (k * c + v(k + 1))``, a draft every step; ``verify``: a VerifyCost, a number or None (v = 1)."""
     return predicted_speedup_with_coverage(alpha, k, c, verify, 1.0)
 
 
@@ -145,8 +146,7 @@ def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: Veri
                                     coverage: float = 1.0) -> float:
     """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup), the others
     being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``."""
-    f = _check_coverage(coverage)
-    a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
+    a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
     if verify is None:  # the papers' free verification
         v = 1.0
     elif callable(verify):  # a VerifyCost: the pass checking k drafts processes k + 1 positions

@@ -3,11 +3,11 @@ served in (float32, bf16 or int8, by what the CPU multiplies natively): a CPU se
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import platform
 from pathlib import Path
+
+from specdec_helpers.models.model_cache import read_json
 
 
 def usable_core_ids() -> list[int]:
@@ -49,11 +49,7 @@ def cpu_has_fast_bf16() -> bool:
 
 def cpu_has_int8_dot() -> bool:
     """True where an x86 CPU has the int8 dot products (VNNI, AMX-INT8) vLLM's CPU int8 kernel needs to be fast."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return False
-    return is_x86() and bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    return is_x86() and bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(cpu_speed_flags()))
 
 
 #: the /proc/cpuinfo (lscpu) flags that decide a CPU server's format and speed, in the order they build on each other
@@ -119,11 +115,9 @@ def server_ram_bytes(weight_bytes: float, kv_cache_bytes: float, servers: int = 
 def served_weight_bytes(model_dir: Path, served_dtype: str) -> float:
     """The checkpoint's size on disk, scaled from its dtype to the served one (an int8 checkpoint as it is)."""
     size = float(sum(f.stat().st_size for f in model_dir.glob("*.safetensors")))
-    with contextlib.suppress(OSError, ValueError):
-        config = json.loads((model_dir / "config.json").read_text())
-        if "quantization_config" in config:
-            return size
-        stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-        width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
-        return size * width.get(served_dtype, 2) / width.get(str(stored), 2)
-    return size
+    config = read_json(model_dir / "config.json")
+    if not config or "quantization_config" in config:
+        return size
+    stored = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    width = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2}
+    return size * width.get(served_dtype, 2) / width.get(str(stored), 2)

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,15 +32,14 @@ from specdec_helpers.engine.endpoints import HOST, ServerError, free_port, healt
 from specdec_helpers.engine.install import check_python, vllm_install
 from specdec_helpers.engine.pool import active_pool, server_key
 from specdec_helpers.engine.pool_guard import exit_with_parent
-from specdec_helpers.engine.processes import group_ram_bytes
+from specdec_helpers.engine.processes import group_ram_bytes, stop_group
 from specdec_helpers.engine.server_log import start_failure_excerpt
 from specdec_helpers.models.quantize import int8_checkpoint, int8_path
 
-__all__ = ["HOST", "PortInUseError", "ServerError", "ServerStartError", "VLLMServer", "free_port",
-           "healthy", "reset_prefix_cache", "stop_all", "surviving_processes"]
 TEMP_PREFIX = "specdec-vllm-"
 _live_servers: "weakref.WeakSet[VLLMServer]" = weakref.WeakSet()
-_started_groups: list[int] = []  # process groups of every server this process ever started
+#: process groups of every server this process ever started (the test suite checks that none outlives it)
+started_groups: list[int] = []
 
 
 class ServerStartError(ServerError):
@@ -263,7 +261,7 @@ class VLLMServer:
                                             env=env, start_new_session=True, preexec_fn=dies_with_parent,
                                             cwd=str(self.log_path.parent.resolve()))
         _live_servers.add(self)
-        _started_groups.append(self.process.pid)
+        started_groups.append(self.process.pid)
         try:
             self._wait_healthy(started + self.startup_timeout_s)
         except BaseException:
@@ -298,12 +296,7 @@ class VLLMServer:
                 pool.release(entry.key)
         elif (proc := self.process) is not None:
             self.process = None
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=timeout_s)
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # and what outlived the leader
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc.pid, timeout_s)  # the server leads its own group (start_new_session)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10.0)
         if self.temp_dir is not None:
@@ -315,12 +308,6 @@ class VLLMServer:
         """What the running server holds in RAM now: the proportional set size of all its processes (0 if none)."""
         pgid = self._entry.pgid if self._entry is not None else self.process.pid if self.process else None
         return group_ram_bytes(pgid) if pgid else 0
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
     def __enter__(self) -> "VLLMServer":
         return self.start()
@@ -348,8 +335,9 @@ def remove_orphaned_temp_dirs() -> list[Path]:
 POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 #: numba's threading layer in a CPU server. vLLM's n-gram proposer runs a numba parallel loop every step; on numba's
 #: default OpenMP layer that loop shares GNU OpenMP with torch's CPU kernels, and the n-gram server's plain steps took
-#: 1.40x the baseline's (2-core AMD EPYC, int8, Qwen2.5-Coder-1.5B; 1.26x with NUMBA_NUM_THREADS=1). With numba's own
-#: thread pool they took 0.99x: docs/measuring.md, "Two servers". No other method uses numba; the baseline is unaffected.
+#: 1.40x the baseline's (2-core AMD EPYC, int8, Qwen2.5-Coder-1.5B; 1.26x with NUMBA_NUM_THREADS=1). With numba's
+#: own thread pool they took 0.99x: docs/measuring.md, "Two servers". No other method uses numba; the baseline is
+#: unaffected.
 CPU_NUMBA_THREADING_LAYER = "workqueue"
 #: the only vLLM plugin a server loads: the series' own (pyproject.toml's ``vllm.general_plugins``). arctic-inference,
 #: installed for suffix decoding, registers one that patches vLLM's engine at start; a comparison must measure the
@@ -361,16 +349,6 @@ def _absolute(path: str | os.PathLike) -> str:
     """An absolute path for a local folder; anything else (a hub id) unchanged."""
     candidate = Path(path).expanduser()
     return os.path.abspath(candidate) if candidate.exists() else str(path)
-
-
-def surviving_processes() -> list[int]:
-    """PIDs still alive in the process groups of servers this process started (none once stopped)."""
-    alive = []
-    for pid in psutil.pids():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(pid) in _started_groups:
-                alive.append(pid)
-    return alive
 
 
 @atexit.register

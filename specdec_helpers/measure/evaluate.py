@@ -98,8 +98,8 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
                       server_options: dict[str, Any], max_k: int, prompt_lookup_max: int,
                       proposers: Mapping[str, tuple[str, str | Path]] | None = None) -> tuple[pd.DataFrame, dict]:
     """The candidate's requests paired with fresh baseline requests (both servers up when ``together``, else a
-    sandwich), then v(k+1) timed again on the baseline right after them (:func:`verify_next_to_pairs`: the bound and
-    c divide by it, so it is measured minutes from the pairs it judges, not at the notebook's start); returns every
+    sandwich), then v(k+1) timed again on the baseline right after them (``VERIFY_NEXT_TO_PAIRS_ROUNDS``: the bound
+    and c divide by it, so it is measured minutes from the pairs it judges, not at the notebook's start); returns every
     row (the baseline's too) and :func:`summarize_candidate`."""
     server = candidate_server(candidate, Path(baseline.server.model), k, server_options, prompt_lookup_max, proposers)
     if learns_in_server(server) and repeats > 1:
@@ -109,9 +109,9 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
     rows = measure_paired(baseline.server, [server], prompts, together=together, temperature=temperature,
                           repeats=repeats, max_tokens=max_tokens, provenance=provenance)
     rows = rows.assign(speculative_method=(server.speculative_config or {}).get("method", "none"))
-    if baseline.server.running:
-        v, v_low = verify_next_to_pairs(baseline.server, k)
-        rows = rows.assign(verify_k_plus_1=v, verify_low_k_plus_1=v_low)
+    if baseline.server.running:  # v(k+1) now: its median and the low end of its 95% interval
+        v = timed_verify_summary(baseline.server, [k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS).loc[k + 1]
+        rows = rows.assign(verify_k_plus_1=float(v["v"]), verify_low_k_plus_1=float(v["ci_low"]))
     return rows, summarize_candidate(candidate, rows, baseline, k=k, max_k=max_k)
 
 
@@ -156,12 +156,6 @@ def timed_verify_summary(server: VLLMServer, ks: Sequence[int], attempts: int = 
     return timed()  # the last attempt's error is the notebook's
 
 
-def verify_next_to_pairs(server: VLLMServer, k: int) -> tuple[float, float]:
-    """v(k+1) on the running baseline ``server``, now: (median, low end of its 95% interval)."""
-    summary = timed_verify_summary(server, [k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS)
-    return float(summary.loc[k + 1, "v"]), float(summary.loc[k + 1, "ci_low"])
-
-
 #: how a decode step is timed, target and draft alike (c is the ratio of two such medians): ``phases.itl_by_position``
 STEP_METHOD = {"output_tokens": 32, "repeats": 2}
 
@@ -169,14 +163,6 @@ STEP_METHOD = {"output_tokens": 32, "repeats": 2}
 def decode_step_seconds(server: VLLMServer) -> float:
     """One decode step of one sequence on ``server``, timed by ``STEP_METHOD`` (the one method for c)."""
     return float(phases.itl_by_position(server, **STEP_METHOD)["itl_s"].median())
-
-
-def draft_step_seconds(draft_dir: Path, server_options: dict[str, Any]) -> float:
-    """The draft model's decode step, served alone (c's numerator as the papers time it: a separate model with its own
-    per-step overhead)."""
-    with VLLMServer(draft_dir, name="draft-alone", **server_options) as server:
-        warm_up(server)
-        return decode_step_seconds(server)
 
 
 #: a lookup's one-token steps stand for its undrafted steps when at least this share of them carried no draft
@@ -192,9 +178,9 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     (a lookup's): what the server's configuration costs (u > 1) or gives (u < 1) apart from speculation; the
     candidate's median over its pairs scales every target step of that server in the guard and in c (1 where it
     cannot be measured: a draft model drafts at every step). ``decode_bound`` = tokens per step /
-    ((f * v(k+1) + 1 - f) * min(u, 1)): the most any drafting could give, with verification at the low end of its interval
-    measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup is above
-    it, or whose end to end speedup is above ``e2e_bound`` (below), measured the machine, not speculation:
+    ((f * v(k+1) + 1 - f) * min(u, 1)): the most any drafting could give, with verification at the low end of its
+    interval measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup
+    is above it, or whose end to end speedup is above ``e2e_bound`` (below), measured the machine, not speculation:
     ``flagged``, and kept out of every statistic that decides something.
 
     End to end, prefill is the same work on both servers (more with a draft model, which prefills too), so the most a
@@ -289,8 +275,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
                          if np.isfinite(c_model) else (k, math.nan))
     flagged = table[table["flagged"]]
     # a workload's speedup: what its users wait for in all, total baseline time over total speculative time
-    total, total_lo, total_hi = (bootstrap_ratio_ci(kept["baseline_e2e_s"], kept["e2e_s"], min_n=MIN_VALUES_FOR_INTERVAL)
-                                 if len(kept) else (math.nan,) * 3)
+    total, total_lo, total_hi = (
+        bootstrap_ratio_ci(kept["baseline_e2e_s"], kept["e2e_s"], min_n=MIN_VALUES_FOR_INTERVAL) if len(kept)
+        else (math.nan,) * 3)
     return {"candidate": candidate, "k": k, "acceptance_rate": pooled["acceptance_rate"],
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c_model, "c_in_server": c_in_server, "coverage": coverage,
@@ -305,8 +292,9 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "decode_spread_engine": relative_spread(kept["decode_speedup"]),
             "decode_spread_client": relative_spread(kept["decode_speedup_client"]),
             "n_flagged": int(len(flagged)),
-            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode (bound {r.decode_bound:.2f}x), {r.speedup:.2f}x "
-                        f"end to end (bound {r.e2e_bound:.2f}x), time to first token {r.ttft_ratio:.2f}x"
+            "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode (bound {r.decode_bound:.2f}x), "
+                        f"{r.speedup:.2f}x end to end (bound {r.e2e_bound:.2f}x), "
+                        f"time to first token {r.ttft_ratio:.2f}x"
                         for r in flagged.itertuples()],
             "method": str(spec["speculative_method"].iloc[0]) if "speculative_method" in spec and len(spec) else "",
             # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
@@ -321,17 +309,16 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
 
 
-def prediction_curve(summary: dict, verify: theory.VerifyCost, ks: Sequence[int] = range(0, 9)) -> pd.DataFrame:
-    return pd.DataFrame([{"candidate": summary["candidate"], "k": k,
-                          "predicted_speedup": theory.predicted_speedup_with_coverage(
-                              summary["alpha_per_token"], k, summary["c"], verify, summary["coverage"])}
-                         for k in ks])
-
-
 def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: dict[str, Any]) -> dict[str, float]:
-    """:func:`draft_step_seconds` for each draft model that is not the target itself (a self-draft has c = 1)."""
-    return {name: draft_step_seconds(path, server_options) for name, path in draft_dirs.items()
-            if Path(path).resolve() != Path(target_dir).resolve()}
+    """Each draft model's decode step, served alone (c's numerator as the papers time it: a separate model with its own
+    per-step overhead); not the target itself (a self-draft has c = 1)."""
+    steps = {}
+    for name, path in draft_dirs.items():
+        if Path(path).resolve() != Path(target_dir).resolve():
+            with VLLMServer(path, name="draft-alone", **server_options) as server:
+                warm_up(server)
+                steps[name] = decode_step_seconds(server)
+    return steps
 
 
 #: the A/A control's second baseline: the same target and settings, another server (its own process and cache)

@@ -3,7 +3,9 @@ since the engine started, so a request's share is the difference of two reads ar
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,15 +31,15 @@ def parse_spec_counters(text: str) -> SpecCounters:
     return SpecCounters(accepted_per_position=per_position, **totals)
 
 
-def _metrics_page(base_url: str, timeout_s: float) -> str:
-    response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
+def _metrics_page(base_url: str) -> str:
+    response = requests.get(f"{base_url.rstrip('/')}/metrics", timeout=10.0)
     response.raise_for_status()
     return response.text
 
 
-def read_spec_counters(base_url: str, timeout_s: float = 10.0) -> SpecCounters:
+def read_spec_counters(base_url: str) -> SpecCounters:
     """The counters of ``{base_url}/metrics``; a baseline server reports all zeros."""
-    return parse_spec_counters(_metrics_page(base_url, timeout_s))
+    return parse_spec_counters(_metrics_page(base_url))
 
 
 # The engine's own timings (vllm/v1/metrics/stats.py): without the HTTP and process hops a client times.
@@ -54,12 +56,6 @@ def parse_histogram_totals(text: str, name: str) -> tuple[float, float]:
     return tuple(sum((s.value for s in samples if s.name == f"{name}{end}"), 0.0) for end in ("_sum", "_count"))
 
 
-def read_histograms(base_url: str, names: list[str], timeout_s: float = 10.0) -> dict[str, tuple[float, float]]:
-    """``{name: (sum, count)}`` for several histograms from one fetch of ``{base_url}/metrics``."""
-    text = _metrics_page(base_url, timeout_s)
-    return {name: parse_histogram_totals(text, name) for name in names}
-
-
 @dataclass(frozen=True)
 class EngineSnapshot:
     """One read of ``/metrics``: the speculative counters and the engine's request timing histograms (sum, count)."""
@@ -69,7 +65,20 @@ class EngineSnapshot:
     decode: tuple[float, float]
 
 
-def read_snapshot(base_url: str, timeout_s: float = 10.0) -> EngineSnapshot:
-    text = _metrics_page(base_url, timeout_s)
+def read_snapshot(base_url: str) -> EngineSnapshot:
+    text = _metrics_page(base_url)
     return EngineSnapshot(parse_spec_counters(text), parse_histogram_totals(text, PREFILL_TIME),
                           parse_histogram_totals(text, DECODE_TIME))
+
+
+def around_request(base_url: str, send: Callable[[], Any],
+                   settle_s: float = 2.0) -> tuple[Any, EngineSnapshot, EngineSnapshot]:
+    """``send()`` between two reads of ``/metrics``, the second once the engine has recorded a finished request
+    (vLLM 0.32 records a request's times, the decode time last, as it answers; waiting up to ``settle_s`` guards a
+    late record). The differences are the request's own when no other client used the server meanwhile."""
+    before = read_snapshot(base_url)
+    result = send()
+    deadline = time.monotonic() + settle_s
+    while (after := read_snapshot(base_url)).decode[1] <= before.decode[1] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return result, before, after

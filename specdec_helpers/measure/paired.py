@@ -101,13 +101,11 @@ def measure_servers(baseline: VLLMServer, candidates: Mapping[str, VLLMServer], 
         return ServerPasses(passes, load_rows, rows.assign(paired_with=rows["server"].replace({"baseline": shared})))
     passes, load_rows = {}, []
     if fit >= 2:  # each candidate next to the baseline in turn, each pass with baseline requests of its own
-        for name in names:
-            if name != load_with:
-                passes[name] = measure_paired(baseline, [candidates[name]], prompts, together=True, **options)
-                continue
-            with loaded:
-                passes[name] = measure_paired(baseline, [loaded], prompts, together=True, **options)
-                load_rows += load([baseline, loaded])
+        for name, server in candidates.items():
+            with server:  # up for its pass and, for ``load_with``, the load right after it
+                passes[name] = measure_paired(baseline, [server], prompts, together=True, **options)
+                if name == load_with:
+                    load_rows += load([baseline, server])
     else:  # one server at a time: a sandwich per candidate, then the load on each server alone
         passes = {name: measure_paired(baseline, [candidates[name]], prompts, together=False, **options)
                   for name in names}

@@ -65,21 +65,15 @@ def itl_by_position(server: VLLMServer, output_tokens: int, repeats: int = 3,
     return pd.DataFrame(rows)
 
 
-def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1,
-                            settle_s: float = 2.0) -> dict[str, float]:
+def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_tokens: int = 1) -> dict[str, float]:
     """One completion timed by the engine's histograms (``prefill_s``, ``decode_s``; no other traffic) and by the
-    client (``wall_s``). vLLM 0.32 records them before answering; the wait guards a later one."""
-    prefill, decode = metrics.PREFILL_TIME, metrics.DECODE_TIME
-    before = metrics.read_histograms(server.base_url, [prefill, decode])
-    wall = time_completion(server, prompt_ids, max_tokens=max_tokens)
-    deadline = time.monotonic() + settle_s
-    while ((after := metrics.read_histograms(server.base_url, [prefill, decode]))[prefill][1] <= before[prefill][1]
-           and time.monotonic() <= deadline):
-        time.sleep(0.02)
-    if (finished := after[prefill][1] - before[prefill][1]) != 1:
-        raise RuntimeError(f"expected one finished request in {prefill}, saw {finished:g}: "
+    client (``wall_s``), :func:`metrics.around_request`."""
+    wall, before, after = metrics.around_request(
+        server.base_url, lambda: time_completion(server, prompt_ids, max_tokens=max_tokens))
+    if (finished := after.prefill[1] - before.prefill[1]) != 1:
+        raise RuntimeError(f"expected one finished request in {metrics.PREFILL_TIME}, saw {finished:g}: "
                            "is another client using this server?")
-    return {"prefill_s": after[prefill][0] - before[prefill][0], "decode_s": after[decode][0] - before[decode][0],
+    return {"prefill_s": after.prefill[0] - before.prefill[0], "decode_s": after.decode[0] - before.decode[0],
             "wall_s": wall}
 
 
@@ -169,12 +163,6 @@ def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5, threads: int | N
         copy()  # the threads start and the pages are touched before timing
         times = timeit.repeat(copy, repeat=repeats, number=1)  # perf_counter, per copy
     return 2 * src.nbytes / statistics.median(times) / 1e9  # a copy reads and writes the array
-
-
-def decode_share(ttft_s: float, itl_s: float, output_tokens: int) -> float:
-    """Share of a request's end-to-end time spent decoding: the part speculation can shrink."""
-    decode = max(output_tokens - 1, 0) * itl_s
-    return decode / (ttft_s + decode)
 
 
 def served_dtype(log_text: str) -> str:

@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 #: The shipped sets: ``data/prompts`` of the source checkout (the notebooks run from a clone).
 PROMPTS_DIR: Path = Path(__file__).resolve().parents[2] / "data" / "prompts"
-REQUIRED_KEYS: tuple[str, ...] = ("messages",)  # id, class, subcategory and max_tokens have defaults (below)
 #: a prompt without a class: a file without classes is one class (07 says how to split it)
 DEFAULT_CLASS = "all"
 #: the answer budget of a prompt that gives none (the notebooks' ``max_tokens`` parameter caps every request anyway)
@@ -51,6 +50,7 @@ class PromptFileError(ValueError):
         super().__init__(f"{self.path}, line {line}: {problem}" if line is not None else f"{self.path}: {problem}")
 
 
+_MUST = {"max_tokens": "a positive integer", "role": "one of system, user, assistant"}  # else: a non-empty string
 _Text = Annotated[str, StringConstraints(strict=True, pattern=r"\S")]  # not only whitespace; kept as written
 
 
@@ -125,26 +125,18 @@ def _problem(record: Any) -> str | None:
     else:
         last = record["messages"][-1]["role"]
         return None if last == "user" else f"the last message must be from the user (role 'user'), got role {last!r}"
-    missing = [e["loc"] for e in errors if e["type"] == "missing"]
-    if any(len(loc) == 1 for loc in missing):
-        keys = [k for k in REQUIRED_KEYS if (k,) in missing]
-        return f"missing key(s): {', '.join(map(repr, keys))} (each line needs {', '.join(REQUIRED_KEYS)})"
+    # every key is there (the defaults are filled in): the first error is a bad value, or a message's missing key
     loc, value = errors[0]["loc"], errors[0]["input"]
-    if loc[0] != "messages":
-        kind = "a positive integer" if loc[0] == "max_tokens" else "a non-empty string"
-        return f"{loc[0]} must be {kind}, got {_describe(value)}"
     shape = "messages must be a non-empty list of {role, content} objects"
     what = f"{type(value).__name__} {_describe(value)}"
-    if len(loc) == 1:
+    if loc == ("messages",):
         return f"{shape}, got {'an empty list' if errors[0]['type'] == 'too_short' else what}"
     if len(loc) == 2:
         return f"{shape}; messages[{loc[1]}] is {what}"
-    absent = [m[2] for m in missing if m[:2] == loc[:2]]
-    if absent:
+    if absent := [e["loc"][2] for e in errors if e["type"] == "missing" and e["loc"][:2] == loc[:2]]:
         return f"{shape}; messages[{loc[1]}] is missing {', '.join(map(repr, absent))}"
-    if loc[2] == "role":
-        return f"messages[{loc[1]}] role must be one of system, user, assistant, got {_describe(value)}"
-    return f"messages[{loc[1]}] content must be a non-empty string, got {_describe(value)}"
+    name = loc[0] if len(loc) == 1 else f"messages[{loc[1]}] {loc[2]}"
+    return f"{name} must be {_MUST.get(loc[-1], 'a non-empty string')}, got {_describe(value)}"
 
 
 def _decoded(path: Path) -> Iterable[tuple[int, str, Any]]:

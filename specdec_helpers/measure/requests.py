@@ -15,7 +15,7 @@ import pandas as pd
 
 from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.measure.metrics import read_snapshot
+from specdec_helpers.measure.metrics import around_request
 
 
 def decode_rate(tokens: int, seconds: float) -> float:
@@ -53,15 +53,15 @@ class StreamResult:
 
 
 def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int, temperature: float = 0.0,
-                top_p: float = 1.0, seed: int | None = None, extra_body: dict | None = None,
+                seed: int | None = None, extra_body: dict | None = None,
                 on_chunk: Callable[[str, int | None, float], None] | None = None) -> StreamResult:
     """One streamed chat completion, timed on the client; vLLM's running token count on every chunk times each engine
     step (``StreamResult.steps``). ``on_chunk(text, completion_tokens or None, time)`` sees each chunk as it arrives
     (the live demo)."""
     started = time.perf_counter()
     stream = client.chat.completions.create(
-        model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-        seed=seed, stream=True, extra_body=extra_body or {},
+        model=model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed,
+        stream=True, extra_body=extra_body or {},
         stream_options={"include_usage": True, "continuous_usage_stats": True})
     pieces: list[str] = []
     first = usage = finish_reason = spec_metrics = None
@@ -109,19 +109,14 @@ class Measurement:
         return decode_rate(self.result.completion_tokens, self.engine_decode_s)
 
 
-def measure_request(server: VLLMServer, messages: Sequence[dict], settle_s: float = 2.0, cold: bool = True,
-                    **sampling: Any) -> Measurement:
-    """Run one request alone on ``server`` and attribute the counter and histogram deltas to it (the engine records
-    a finished request's times as it answers; the short wait only guards a late record). ``cold``: the prefix cache
-    is emptied first, so the request prefills in full as a new user's prompt would, however often the server has
-    seen it (:meth:`VLLMServer.reset_prefix_cache`)."""
+def measure_request(server: VLLMServer, messages: Sequence[dict], cold: bool = True, **sampling: Any) -> Measurement:
+    """Run one request alone on ``server`` and attribute the counter and histogram deltas to it
+    (:func:`metrics.around_request`). ``cold``: the prefix cache is emptied first, so the request prefills in full as a
+    new user's prompt would, however often the server has seen it (:meth:`VLLMServer.reset_prefix_cache`)."""
     if cold:
         server.reset_prefix_cache()
-    before, sent_at = read_snapshot(server.base_url), time.time()
-    result = stream_chat(server.client(), server.served_model_name, messages, **sampling)
-    deadline = time.monotonic() + settle_s
-    while (after := read_snapshot(server.base_url)).decode[1] <= before.decode[1] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    (sent_at, result), before, after = around_request(server.base_url, lambda: (
+        time.time(), stream_chat(server.client(), server.served_model_name, messages, **sampling)))
     finished = after.decode[1] - before.decode[1]
     engine = ((after.prefill[0] - before.prefill[0], after.decode[0] - before.decode[0]) if finished == 1
               else (float("nan"), float("nan")))  # another client's request in the window: no engine time
@@ -193,13 +188,12 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                 # provenance first: the row's own configuration (k, method, format) must win over the notebook's
                 row = {**(provenance or {}), "server": server.name, "method": spec.get("method", "none"),
                        "num_speculative_tokens": spec.get("num_speculative_tokens", 0),
-                       "served_format": server.served_format, "model_runner": server.model_runner, "prompt_id": prompt.id, "class": prompt.cls,
-                       "subcategory": prompt.subcategory, "repeat": repeat, "block": block, "slot": slot,
-                       "sent_at": m.sent_at, "temperature": temperature, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s,
-                       "decode_s": r.decode_s, "mean_itl_s": r.mean_itl_s,
+                       "served_format": server.served_format, "model_runner": server.model_runner,
+                       "prompt_id": prompt.id, "class": prompt.cls, "subcategory": prompt.subcategory,
+                       "repeat": repeat, "block": block, "slot": slot, "sent_at": m.sent_at, "temperature": temperature,
+                       "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s, "mean_itl_s": r.mean_itl_s,
                        "decode_tokens_per_s": r.decode_tokens_per_s, "engine_prefill_s": m.engine_prefill_s,
-                       "engine_decode_s": m.engine_decode_s,
-                       "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
+                       "engine_decode_s": m.engine_decode_s, "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
                        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                        "finish_reason": r.finish_reason, "text": r.text, **step_columns(r.steps)}
                 rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics)})

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from IPython.display import DisplayHandle, Markdown, display
 
 from specdec_helpers import memory
 from specdec_helpers.memory.budget import Budget
@@ -75,19 +76,17 @@ def _figure(figsize: tuple[float, float], title: str, caption: str | None,
 def plot_budgets(budgets: Mapping[str, Budget], title: str, caption: str | None = None):
     """Horizontal stacked bars, one per setup, each adding up to the card (per GPU), labelled with the sequences
     of the context length that fit."""
-    table = pd.DataFrame([{"setup": setup, **row} for setup, b in budgets.items() for row in b.as_rows()])
+    table = pd.DataFrame({setup: {r["component"]: r["gb"] for r in b.as_rows()} for setup, b in budgets.items()})
+    table = table.T.fillna(0.0)  # a row per setup, a column per component
     with _figure((10, 1.1 + 0.75 * len(budgets)), title, caption) as (fig, ax):
-        setups = list(budgets)
-        left = pd.Series(0.0, index=setups)
-        for component in [c for c in COMPONENT_COLORS if c in set(table["component"])]:
-            part = table[table["component"] == component].set_index("setup")["gb"].reindex(setups).fillna(0.0)
-            ax.barh(setups, part, left=left, color=COMPONENT_COLORS[component], label=component,
-                    edgecolor="white", linewidth=0.8)
-            for setup, gb in part.items():
-                if gb >= 3.5 and component != "not given to vLLM":
-                    ax.text(left[setup] + gb / 2, setup, f"{gb:.1f}", ha="center", va="center",
-                            fontsize=8, color="white" if "weights" in component else "black")
-            left = left + part
+        left = pd.Series(0.0, index=table.index)
+        for component in [c for c in COMPONENT_COLORS if c in table]:
+            bars = ax.barh(table.index, table[component], left=left, color=COMPONENT_COLORS[component],
+                           label=component, edgecolor="white", linewidth=0.8)
+            if component != "not given to vLLM":
+                ax.bar_label(bars, [f"{gb:.1f}" if gb >= 3.5 else "" for gb in table[component]], label_type="center",
+                             fontsize=8, color="white" if "weights" in component else "black")
+            left = left + table[component]
         for setup, b in budgets.items():
             ax.text(left[setup] * 1.01, setup,
                     f"{b.kv_tokens:,} KV tokens\n{b.max_concurrent_seqs} x {_tokens(b.context_len)} seqs",
@@ -145,7 +144,8 @@ def plot_pairs(pair_table: pd.DataFrame, title: str, caption: str | None = None,
 
 class BudgetExplorer:
     """An ipywidgets panel: pick the settings, see one engine's stacked bar (or why it does not fit). Chart and
-    sentence are outputs updated in place by display id (no ``Output`` widget): a static export shows them."""
+    sentence are outputs updated in place by display id, not an ``Output`` widget (``ipywidgets.interact``'s):
+    a static export shows them."""
 
     def __init__(self, target: str = "meta-llama/Llama-3.1-8B-Instruct",
                  draft: str | None = "meta-llama/Llama-3.2-1B-Instruct", gpu: str = "RTX PRO 6000 Blackwell",
@@ -158,8 +158,8 @@ class BudgetExplorer:
             "gpu": memory.gpu_spec(gpu).name, "gpu_memory_utilization": float(gpu_memory_utilization),
             "weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "context_len": int(context_len),
             "tensor_parallel": int(tensor_parallel)}
-        self.widget = self._chart = self._words = None  # the controls and display handles, set by show()
-        self._syncing = False
+        self._controls: dict[str, Any] = {}  # the controls and the outputs' display handles, set by show()
+        self._outputs: tuple[DisplayHandle, DisplayHandle] | None = None
         self._plan()
 
     def _plan(self) -> None:  # sets ``budget``, or ``error`` when it does not fit
@@ -168,20 +168,22 @@ class BudgetExplorer:
         except ValueError as exc:  # every calculator error is a ValueError
             self.budget, self.error = None, f"{type(exc).__name__}: {exc}"
 
-    def update(self, **changes: Any) -> Budget | None:  # settings named as memory.plan_budget's
+    def update(self, **changes: Any) -> Budget | None:
+        """Re-plan with settings named as memory.plan_budget's; called from code, it moves the controls too (their
+        observers then find the state already changed)."""
         if unknown := set(changes) - set(self.state):
             raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(self.state)}")
         self.state.update(changes)
         self._plan()
-        if self.widget is not None and not self._syncing:  # called from code: move the controls too
-            self._syncing = True
-            try:
-                for name, value in changes.items():
-                    self._controls[name].value = value
-            finally:
-                self._syncing = False
+        for name, value in changes.items():
+            if name in self._controls:
+                self._controls[name].value = value
         self._render()
         return self.budget
+
+    def _moved(self, name: str, value: Any) -> None:  # a control's observer
+        if self.state[name] != value:
+            self.update(**{name: value})
 
     def figure(self):  # the stacked bar of the current budget (None when it does not fit)
         if (b := self.budget) is None:
@@ -197,59 +199,38 @@ class BudgetExplorer:
     def _build(self):
         import ipywidgets as w
 
-        models, s = memory.known_models(), self.state
-        common = {"style": {"description_width": "110px"}, "layout": w.Layout(width="380px")}
-
-        def dropdown(name: str, options: Any, description: str):
-            return w.Dropdown(options=options, value=s[name], description=description, **common)
-
-        context = s["context_len"] if s["context_len"] in CONTEXT_CHOICES else 8192
+        models, contexts = memory.known_models(), sorted({*CONTEXT_CHOICES, self.state["context_len"]})
         self._controls = {
-            "target": dropdown("target", models, "target"),
-            "draft": dropdown("draft", [("(no draft)", None)] + [(m, m) for m in models], "draft"),
-            "gpu": dropdown("gpu", memory.known_gpus(), "GPU"),
-            "gpu_memory_utilization": w.FloatSlider(value=s["gpu_memory_utilization"], min=0.05, max=1.0, step=0.05,
-                                                    description="utilization", readout_format=".2f", **common),
-            "weight_dtype": dropdown("weight_dtype", ["bf16", "fp8", "int4"], "weight dtype"),
-            "kv_dtype": dropdown("kv_dtype", ["bf16", "fp8"], "KV cache dtype"),
-            "context_len": w.SelectionSlider(options=[(_tokens(c), c) for c in CONTEXT_CHOICES], value=context,
-                                             description="context", **common),
-            "tensor_parallel": dropdown("tensor_parallel", [1, 2, 4, 8], "tensor parallel"),
+            "target": w.Dropdown(options=models, description="target"),
+            "draft": w.Dropdown(options=[("(no draft)", None)] + [(m, m) for m in models], description="draft"),
+            "gpu": w.Dropdown(options=memory.known_gpus(), description="GPU"),
+            "gpu_memory_utilization": w.FloatSlider(min=0.05, max=1.0, step=0.05, description="utilization"),
+            "weight_dtype": w.Dropdown(options=["bf16", "fp8", "int4"], description="weight dtype"),
+            "kv_dtype": w.Dropdown(options=["bf16", "fp8"], description="KV cache dtype"),
+            "context_len": w.SelectionSlider(options=[(_tokens(c), c) for c in contexts], description="context"),
+            "tensor_parallel": w.Dropdown(options=[1, 2, 4, 8], description="tensor parallel"),
         }
-        for name, control in self._controls.items():  # a learner moved a control (not update() moving it)
-            control.observe(lambda change, name=name: None if self._syncing else self.update(**{name: change["new"]}),
-                            names="value")
+        for name, control in self._controls.items():
+            control.value, control.style.description_width, control.layout.width = self.state[name], "110px", "380px"
+            control.observe(lambda change, name=name: self._moved(name, change["new"]), names="value")
         controls = list(self._controls.values())
-        self.widget = w.HBox([w.VBox(controls[:4]), w.VBox(controls[4:])])
-        return self.widget
+        return w.HBox([w.VBox(controls[:4]), w.VBox(controls[4:])])
 
     def _render(self, first: bool = False) -> None:
-        """Draw chart (or a note when it does not fit) and text: new display handles ``first``, else in place."""
-        if self._chart is None and not first:
+        """Draw chart (or a note when it does not fit) and sentence: new outputs ``first``, else in place."""
+        if self._outputs is None:
             return
-        from IPython.display import Markdown, display
-
         chart = self.figure() or Markdown("**This setup does not fit; the calculator says why below.**")
-        words = self.budget.summary() if self.budget is not None else self.error or ""
-        if first:
-            self._chart = display(chart, display_id=True)
-            self._words = display({"text/plain": words}, raw=True, display_id=True)
-        else:
-            self._chart.update(chart)
-            self._words.update({"text/plain": words}, raw=True)
+        words = {"text/plain": self.budget.summary() if self.budget is not None else self.error or ""}
+        for handle, content, raw in zip(self._outputs, (chart, words), (False, True)):
+            (handle.display if first else handle.update)(content, raw=raw)
         if hasattr(chart, "savefig"):
             plt.close(chart)
 
     def show(self):
-        """Display the controls (without ipywidgets: only a note), then the chart and the sentence."""
-        from IPython.display import display
-
-        try:
-            widget = self.widget or self._build()
-        except ImportError:
-            widget = None
-            print("(ipywidgets is not installed: pip install ipywidgets for the interactive panel)")
-        else:
-            display(widget)
+        """Display the controls, then the chart and the sentence."""
+        widget = self._build()
+        display(widget)
+        self._outputs = (DisplayHandle(), DisplayHandle())
         self._render(first=True)
         return widget

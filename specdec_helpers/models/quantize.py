@@ -5,14 +5,13 @@ weights, activations are quantized per token at run time; compressed-tensors wri
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
+from unittest import mock
 
 from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, read_json, sha256_of
 
@@ -67,7 +66,7 @@ def quantize_int8(source: Path, out: Path) -> None:
                 module.weight_scale.data.copy_(scale)
                 module.weight_zero_point.data.copy_(zero_point)
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format="int-quantized")
-    with _quiet_tqdm():
+    with mock.patch.dict(os.environ, TQDM_DISABLE="1"):  # tqdm reads it when a bar is made: no bars from inside
         compressor.compress_model(model)
         model.save_pretrained(out)
     compressor.update_config(str(out))
@@ -75,17 +74,6 @@ def quantize_int8(source: Path, out: Path) -> None:
     for extra in ("chat_template.jinja", "generation_config.json"):  # what save_pretrained may not rewrite
         if (source / extra).is_file() and not (out / extra).is_file():
             shutil.copy2(source / extra, out / extra)
-
-
-@contextlib.contextmanager
-def _quiet_tqdm() -> Iterator[None]:
-    """No progress bars from the libraries inside (tqdm reads TQDM_DISABLE when a bar is made)."""
-    before = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop("TQDM_DISABLE") if before is None else os.environ.__setitem__("TQDM_DISABLE", before)
 
 
 def int8_path(model_dir: str | Path) -> Path:
@@ -96,10 +84,10 @@ def int8_path(model_dir: str | Path) -> Path:
 
 def int8_checkpoint(model_dir: str | Path) -> Path:
     """The W8A8 copy of ``model_dir`` in the model cache, built once (about 30 s for the 1.5B on 2 cores)."""
-    source = Path(model_dir).expanduser().resolve()
-    if is_int8_checkpoint(source):
+    source, final = Path(model_dir).expanduser().resolve(), int8_path(model_dir)
+    if final == source:  # already int8
         return source
-    final, wanted = int8_path(source), source_id(source)
+    wanted = source_id(source)
 
     def is_current(folder: Path) -> bool:
         manifest = read_json(folder / MANIFEST_NAME)

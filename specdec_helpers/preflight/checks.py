@@ -1,4 +1,4 @@
-"""The checks of :func:`check_run`: each model resolved once (:func:`resolve`) and passed to every check."""
+"""The checks of ``RunSettings.check`` and ``make preflight``: each model resolved once, passed to every check."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from specdec_helpers.engine.pool import active_pool
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import is_draft_model_name
 from specdec_helpers.models.resolve import ResolvedModel, resolved_model
-from specdec_helpers.models.tokenizer import chat_messages, count_tokens, is_token_ids
+from specdec_helpers.models.tokenizer import count_tokens, is_token_ids
 from specdec_helpers.models.tokenizer_check import compare_tokenizers
-from specdec_helpers.preflight.report import PreflightError, PreflightReport
+from specdec_helpers.preflight.report import PreflightReport
 from specdec_helpers.report import provenance
 
 GIB = memory.GIB
@@ -296,28 +296,3 @@ def run_checks(*, profile: str, target_model: str, drafts: Sequence[str], reques
                "the same for baseline and candidates", True, order=5)
     return report
 
-
-def check_run(*, profile: str, target_model: str, draft_model: str | None, prompts, max_tokens: int,
-              max_model_len: int, servers: int = 1, gpu_memory_utilization: float = 0.45,
-              cpu_kv_cache_gib: float = 1, gpu_name: str | None = None,
-              chat_template_kwargs: dict | None = None, served_format: str = "auto") -> PreflightReport:
-    """The report of one run, or :class:`PreflightError` naming for each problem the parameter to change and the
-    largest value that fits. ``prompts``: chat messages, ``Prompt`` s, strings or token ids, each with room for
-    ``max_tokens`` (a Prompt's own when 0/None); ``servers``: how many run at once."""
-    requests = []
-    for i, prompt in enumerate(prompts):
-        messages = chat_messages(prompt)
-        label = (str(prompt.id) if getattr(prompt, "id", None) else f"text prompt {i + 1}" if isinstance(prompt, str)
-                 else f"prompt {i + 1} (token ids)" if messages is None
-                 else f"prompt {i + 1} ({str(messages[-1].get('content', ''))[:30].replace(chr(10), ' ')!r})")
-        budget = max_tokens or getattr(prompt, "max_tokens", None)
-        if not budget:
-            raise ValueError(f"{label}: no max_tokens given and the prompt carries none")
-        requests.append(Request(label=label, prompt=prompt, max_tokens=int(budget)))
-    report = run_checks(profile=profile, target_model=target_model, drafts=[draft_model] if draft_model else [],
-                        requests=requests, max_model_len=max_model_len, servers=servers,
-                        gpu_memory_utilization=gpu_memory_utilization, cpu_kv_cache_gib=cpu_kv_cache_gib,
-                        gpu_name=gpu_name, chat_template_kwargs=chat_template_kwargs, served_format=served_format)
-    if not report.ok:
-        raise PreflightError(report.message(), report)
-    return report

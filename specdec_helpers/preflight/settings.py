@@ -10,8 +10,9 @@ from typing import Any, Mapping, Sequence
 
 from specdec_helpers import memory
 from specdec_helpers.engine.install import vllm_install
-from specdec_helpers.preflight.checks import PreflightError, check_run
-from specdec_helpers.preflight.report import PreflightReport
+from specdec_helpers.models.tokenizer import chat_messages
+from specdec_helpers.preflight.checks import Request, run_checks
+from specdec_helpers.preflight.report import PreflightError, PreflightReport
 from specdec_helpers.report.provenance import gpu_name as detected_gpu_name
 
 _SAME = object()  # check(): "the settings' own draft"
@@ -26,6 +27,17 @@ def planned_gpu(profile_gpu: str | None) -> tuple[str | None, str]:
         return found.name, f"detected: {label}"
     why = f"{label!r} is not in data/models/gpus.json" if label else "no GPU detected"
     return profile_gpu, f"the profile's gpu_name ({why})"
+
+
+def _request(i: int, prompt: Any, max_tokens: int) -> Request:
+    messages = chat_messages(prompt)
+    label = (str(prompt.id) if getattr(prompt, "id", None) else f"text prompt {i + 1}" if isinstance(prompt, str)
+             else f"prompt {i + 1} (token ids)" if messages is None
+             else f"prompt {i + 1} ({str(messages[-1].get('content', ''))[:30].replace(chr(10), ' ')!r})")
+    budget = max_tokens or getattr(prompt, "max_tokens", None)
+    if not budget:
+        raise ValueError(f"{label}: no max_tokens given and the prompt carries none")
+    return Request(label=label, prompt=prompt, max_tokens=int(budget))
 
 
 @dataclass(frozen=True)
@@ -66,14 +78,20 @@ class RunSettings:
 
     def check(self, prompts: Sequence, max_tokens: int, *, servers: int = 1, draft_model: Any = _SAME,
               ) -> PreflightReport:
-        """The preflight of ``servers`` servers of these settings up at once, each answering ``prompts`` with up to
-        ``max_tokens`` (``draft_model``: another draft, or None for the target alone); raises PreflightError."""
-        return check_run(profile=self.profile, target_model=self.target_model,
-                         draft_model=self.draft_model if draft_model is _SAME else draft_model, prompts=prompts,
-                         max_tokens=max_tokens, max_model_len=self.max_model_len, servers=servers,
-                         gpu_memory_utilization=self.gpu_memory_utilization, cpu_kv_cache_gib=self.cpu_kv_cache_gib,
-                         gpu_name=self.gpu_name, chat_template_kwargs=self.chat_template_kwargs or None,
-                         served_format=self.served_format)
+        """The preflight of ``servers`` servers of these settings up at once, each answering ``prompts`` (chat
+        messages, ``Prompt`` s, strings or token ids) with up to ``max_tokens`` (a Prompt's own when 0/None);
+        ``draft_model``: another draft, or None for the target alone. Raises :class:`PreflightError` naming for
+        each problem the parameter to change and the largest value that fits."""
+        draft = self.draft_model if draft_model is _SAME else draft_model
+        report = run_checks(profile=self.profile, target_model=self.target_model, drafts=[draft] if draft else [],
+                            requests=[_request(i, prompt, max_tokens) for i, prompt in enumerate(prompts)],
+                            max_model_len=self.max_model_len, servers=servers,
+                            gpu_memory_utilization=self.gpu_memory_utilization, cpu_kv_cache_gib=self.cpu_kv_cache_gib,
+                            gpu_name=self.gpu_name, chat_template_kwargs=self.chat_template_kwargs or None,
+                            served_format=self.served_format)
+        if not report.ok:
+            raise PreflightError(report.message(), report)
+        return report
 
     def fits(self, prompts: Sequence, max_tokens: int, *, servers: int, draft_model: Any = _SAME) -> bool:
         """Does :meth:`check` pass (for choosing between servers side by side and one at a time)?"""

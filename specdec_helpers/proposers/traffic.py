@@ -18,7 +18,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from specdec_helpers.proposers.lookup import draft_budget, earlier_occurrence
+
+def earlier_occurrence(history: np.ndarray, n: int) -> int | None:
+    """Where the tokens after the most recent earlier occurrence of ``history``'s last ``n`` tokens start, or None."""
+    length = len(history)
+    if not 0 < n < length:
+        return None
+    windows = np.lib.stride_tricks.sliding_window_view(history[:length - 1], n)  # occurrences before the end
+    hits = np.flatnonzero((windows == history[length - n:]).all(axis=1))
+    return int(hits[-1]) + n if hits.size else None
+
+
+def draft_budget(vllm_config: Any) -> tuple[int, int]:
+    """``(k, max_model_len)`` of the server: a row may get at most k drafts, and never past the context window."""
+    return int(vllm_config.speculative_config.num_speculative_tokens), int(vllm_config.model_config.max_model_len)
 
 
 def prompt_key(tokens: np.ndarray) -> str:

@@ -57,8 +57,7 @@ def manifest_rows(target_parameters: float | None = None, manifest: str | Path =
     return rows
 
 
-def reference_rows(exclude_profile: str, reference_dir: str | Path = REFERENCE_DIR,
-                   notebook: str = "04_choosing_a_draft") -> list[dict[str, Any]]:
+def reference_rows(exclude_profile: str, reference_dir: str | Path = REFERENCE_DIR) -> list[dict[str, Any]]:
     """Notebook 04's candidates from committed reference runs of *other* profiles."""
     rows = []
     for path in sorted(Path(reference_dir).glob("*.json")):
@@ -69,7 +68,7 @@ def reference_rows(exclude_profile: str, reference_dir: str | Path = REFERENCE_D
         profile = data.get("profile", path.stem)
         if profile == exclude_profile:
             continue
-        values = ((data.get("notebooks") or {}).get(notebook) or {}).get("values") or {}
+        values = ((data.get("notebooks") or {}).get("04_choosing_a_draft") or {}).get("values") or {}
         prov = data.get("provenance") or {}
         params = prov.get("parameters") or {}
         k, target = int(params.get("num_speculative_tokens", 0) or 0), params.get("target_model", "?")

@@ -81,7 +81,6 @@ def hardware() -> str:
     return f"{cpu_name()} ({usable_cpus()} cores{isa})"
 
 
-
 def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",
                **extra: Any) -> dict[str, Any]:
     """The columns every results row carries; ``served_format`` as asked for (on a CPU "auto" as what it picked)."""

@@ -147,12 +147,8 @@ def reference_file(profile: str, reference_dir: str | Path | None = None,
     return next(((path, same) for path, same in candidates if path.is_file()), (None, False))
 
 
-def load_reference(profile: str, reference_dir: str | Path | None = None,
-                   cpu_class: str | None = None) -> dict[str, Any] | None:
-    """The reference of ``profile`` (:func:`reference_file`), or None when there is none; a malformed file raises."""
-    path, _ = reference_file(profile, reference_dir, cpu_class)
-    if path is None:
-        return None
+def load_reference(path: Path) -> dict[str, Any]:
+    """A reference file (:func:`reference_file` finds a profile's); a malformed one raises."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -214,7 +210,7 @@ def what_you_should_see(notebook_stem: str, profile: str, *, yours: dict[str, An
     yours = recorded() if yours is None else yours
     cpu_class = machine_class() if cpu_class == DETECT else cpu_class
     path, same_class = reference_file(profile, reference_dir, cpu_class)
-    reference = load_reference(path.stem, path.parent) if path else None
+    reference = load_reference(path) if path else None
     rows: list[dict] = []
     if reference is None:
         status = STATUS_NO_PROFILE

@@ -13,8 +13,6 @@ if TYPE_CHECKING:  # pandas is imported where a table is read: saving a figure d
     import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 #: ``make lab`` names its session's run folder here, so every notebook of one lab session writes and reads one folder
 RUN_DIR_ENV = "SPECDEC_RUN_DIR"
 
@@ -48,12 +46,14 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
     import pandas as pd
 
     names = {draft} if isinstance(draft, str) else set(draft)
-
     results = resolve_run_dir(run_dir) / "results"
 
     def read(name: str) -> pd.DataFrame:
         path = results / f"{name}.csv"
         return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+    def of_draft(name: str) -> list[dict]:  # the table's rows of this draft at this k
+        return [r for r in read(name).to_dict(orient="records") if r.get("candidate") in names and int(r["k"]) == k]
 
     def prompt_ids(requests: pd.DataFrame, cls: str, server: str | None = None) -> str:
         if requests.empty:
@@ -63,10 +63,9 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
 
     rows = []
 
-    def add(notebook: str, what: str, cls: str, r: dict, speedup: str, lo: str, hi: str, decode: str, n: str,
-            ids: str) -> None:
-        low, high = r.get(lo), r.get(hi)
-        kind = "95% interval"
+    def add(notebook: str, what: str, cls: str, r: dict, ids: str, speedup: str = "measured_speedup",
+            decode: str = "measured_decode_speedup", n: str = "n_pairs") -> None:
+        low, high, kind = r.get("speedup_ci_low"), r.get("speedup_ci_high"), "95% interval"
         if pd.isna(low) or pd.isna(high):
             low, high, kind = r.get("speedup_min"), r.get("speedup_max"), "range over prompts"
         rows.append({"notebook": notebook, "measurement": what, "class": cls, "n_pairs": int(r.get(n) or 0),
@@ -74,36 +73,27 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
                      "decode_speedup": r.get(decode), "prompts": ids})
 
     requests_04 = read("04_requests")
-    for r in read("04_candidates").to_dict(orient="records"):
-        if r["candidate"] in names and int(r["k"]) == k:
-            add("04", "section 3: candidates", "structured", r, "measured_speedup", "speedup_ci_low",
-                "speedup_ci_high", "measured_decode_speedup", "n_pairs", prompt_ids(requests_04, "structured", r["candidate"]))
-    sweep, sweep_requests = read("04_k_sweep"), read("04_k_sweep_requests")
-    for r in sweep.to_dict(orient="records"):
-        if r.get("candidate") in names and int(r["k"]) == k:
-            if sweep_requests.empty:
-                ids = ""
-            else:
-                at_k = sweep_requests[sweep_requests["num_speculative_tokens"].isin([0, k])]
-                ids = prompt_ids(at_k, r["class"], r["candidate"])
-            pairs = read("04_k_sweep_pairs")
-            if not pairs.empty:
-                pairs = pairs[(pairs["k"] == k) & (pairs["class"] == r["class"]) & ~pairs["flagged"].astype(bool)]
-            r = {**r, "speedup_min": pairs["speedup"].min() if len(pairs) else math.nan,
-                 "speedup_max": pairs["speedup"].max() if len(pairs) else math.nan}
-            add("04", "section 6: k sweep", r["class"], r, "measured_speedup", "-", "-", "measured_decode_speedup",
-                "n", ids)
+    for r in of_draft("04_candidates"):
+        add("04", "section 3: candidates", "structured", r, prompt_ids(requests_04, "structured", r["candidate"]))
+    sweep_requests, pairs = read("04_k_sweep_requests"), read("04_k_sweep_pairs")
+    if not sweep_requests.empty:
+        sweep_requests = sweep_requests[sweep_requests["num_speculative_tokens"].isin([0, k])]
+    for r in of_draft("04_k_sweep"):  # no interval: the range of its unflagged pairs
+        kept = pairs[(pairs["k"] == k) & (pairs["class"] == r["class"]) & ~pairs["flagged"].astype(bool)] \
+            if len(pairs) else pairs
+        r = {**r, "speedup_min": kept["speedup"].min() if len(kept) else math.nan,
+             "speedup_max": kept["speedup"].max() if len(kept) else math.nan}
+        add("04", "section 6: k sweep", r["class"], r, prompt_ids(sweep_requests, r["class"], r["candidate"]), n="n")
     requests_05 = read("05_requests")
     spec_05 = requests_05[requests_05["server"] != "baseline"] if not requests_05.empty else requests_05
-    if not spec_05.empty and spec_05["draft_model"].isin(names).all() and (spec_05["num_speculative_tokens"] == k).all():
+    if not spec_05.empty and spec_05["draft_model"].isin(names).all() \
+            and (spec_05["num_speculative_tokens"] == k).all():
         for r in read("05_cells").to_dict(orient="records"):
             if float(r["temperature"]) == 0.0:
-                add("05", "structured vs creative, T = 0", r["class"], r, "speedup", "speedup_ci_low",
-                    "speedup_ci_high", "decode_speedup", "n", prompt_ids(requests_05, r["class"]))
+                add("05", "structured vs creative, T = 0", r["class"], r, prompt_ids(requests_05, r["class"]),
+                    "speedup", "decode_speedup", "n")
     requests_07 = read("07_requests")
-    for r in read("07_by_class").to_dict(orient="records"):
-        if r["candidate"] in names and int(r["k"]) == k:
-            add("07", "the verdict", r["class"], r, "measured_speedup", "speedup_ci_low", "speedup_ci_high",
-                "measured_decode_speedup", "n_pairs", prompt_ids(requests_07, r["class"], r["candidate"]))
+    for r in of_draft("07_by_class"):
+        add("07", "the verdict", r["class"], r, prompt_ids(requests_07, r["class"], r["candidate"]))
     return pd.DataFrame(rows, columns=["notebook", "measurement", "class", "n_pairs", "speedup", "low", "high",
                                        "spread", "decode_speedup", "prompts"])

@@ -31,7 +31,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specdec_helpers.engine.serving import HOST, exit_with_parent, free_port
+from specdec_helpers.engine.endpoints import HOST, free_port
+from specdec_helpers.engine.pool_guard import exit_with_parent
 from specdec_helpers.report.runs import REPO_ROOT, resolve_run_dir
 from tools import demo_page
 

@@ -34,7 +34,7 @@ def _proposer_server(target_dir, log_dir, name, class_path):
 def test_proposer_classes_keep_the_answers_draft_and_the_traffic_one_learns(baseline_server, target_dir, log_dir):
     base = measure_prompts([baseline_server], STREAM, temperature=0.0, progress=False).set_index("prompt_id")
     streams = {}
-    for name, class_path in (("lookup", "specdec_helpers.proposers.lookup.LookupProposer"),
+    for name, class_path in (("lookup", "tests.lookup_proposer.LookupProposer"),
                              ("traffic", PROPOSERS["traffic"])):
         with _proposer_server(target_dir, log_dir, name, class_path) as server:
             before = read_spec_counters(server.base_url)

@@ -24,9 +24,9 @@ KS = [1, 2, 8]
 
 def _check_verify_table(server: VLLMServer, repeats: int = 5, attempts: int = 3) -> None:
     for attempt in range(1, attempts + 1):
-        before = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
+        before = metrics.read_snapshot(server.base_url).prefill[1]
         table = phases.add_verify_ratio(phases.verify_cost(server, ks=KS[1:], repeats=repeats))
-        after = metrics.read_histograms(server.base_url, [metrics.PREFILL_TIME])[metrics.PREFILL_TIME][1]
+        after = metrics.read_snapshot(server.base_url).prefill[1]
         assert sorted(table["k"].unique()) == KS  # n = 1, the unit, is always measured
         assert len(table) == repeats * len(KS)
         # one observation per request: every round's decode request and passes, the prefix fill, the warm-up

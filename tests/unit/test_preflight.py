@@ -58,10 +58,9 @@ def doc_prompt(n_records: int) -> Prompt:
     return Prompt(id=f"doc-{n_records}", cls="long", subcategory="document", messages=messages, max_tokens=32)
 
 
-def run(**kwargs):
-    args = dict(profile="cpu-tiny", target_model=TARGET, draft_model=None, max_tokens=32, max_model_len=2048)
-    args.update(kwargs)
-    return preflight.check_run(**args)
+def run(*, prompts, max_tokens=32, servers=1, **settings):
+    settings = {"profile": "cpu-tiny", "target_model": TARGET, "max_model_len": 2048, **settings}
+    return preflight.RunSettings(**settings).check(prompts, max_tokens, servers=servers)
 
 
 # ----------------------------------------------------------------------------- prompts

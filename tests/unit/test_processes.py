@@ -86,7 +86,7 @@ def test_a_child_started_with_exit_with_parent_dies_with_its_killed_parent(tmp_p
     import psutil
 
     script = ("import subprocess, sys, time\n"
-              "from specdec_helpers.engine.serving import exit_with_parent\n"
+              "from specdec_helpers.engine.pool_guard import exit_with_parent\n"
               "child = subprocess.Popen(['sleep', '120'], preexec_fn=exit_with_parent)\n"
               "print(child.pid, flush=True)\n"
               "time.sleep(120)\n")

@@ -1,5 +1,5 @@
-"""The proposers vLLM imports (specdec_helpers.proposers), driven as vLLM drives them (a batch of token histories
-per step), without an engine: what they draft, and what the traffic proposer remembers."""
+"""The proposers vLLM imports (specdec_helpers.proposers, tests/lookup_proposer.py), driven as vLLM drives them (a
+batch of token histories per step), without an engine: what they draft, and what the traffic proposer remembers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from specdec_helpers.proposers.lookup import LookupProposer, longest_match_draft
 from specdec_helpers.proposers.traffic import TrafficIndex, TrafficProposer
+from tests.lookup_proposer import LookupProposer, longest_match_draft
 
 CONFIG = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=3),
                          model_config=SimpleNamespace(max_model_len=40))

@@ -219,7 +219,7 @@ def test_key_numbers_are_ones_the_notebook_records(notebook: Path):
 
 def test_committed_references_are_readable_and_match_the_spec():
     for path in sorted(ref.REFERENCE_DIR.glob("*.json")):
-        data = ref.load_reference(path.stem)
+        data = ref.load_reference(path)
         cls = data["provenance"].get("cpu_class")
         assert path.stem == data["profile"] + (f"-{cls}" if cls else ""), f"{path.name}: name and class disagree"
         if data["profile"].startswith("cpu-"):
