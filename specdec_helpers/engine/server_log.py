@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import psutil
+
+#: vLLM's line for a worker that died without an error of its own: exit code -9 (SIGKILL, what the OOM killer sends),
+#: or None when its monitor saw the process end before the exit code was collected (seen in a test that sent SIGKILL)
+KILLED = re.compile(r"died unexpectedly \(exit code: (-9|None)\)")
 
 
 def start_failure_excerpt(log_path: Path, lines: int = 40) -> str:
@@ -19,10 +24,11 @@ def start_failure_excerpt(log_path: Path, lines: int = 40) -> str:
     tail = text[-lines:]
     errors = [line for line in text[:-lines] if " ERROR " in line and _is_a_message(line.split("] ", 1)[-1])][:8]
     parts = [f"First errors in {log_path}:", *errors, "..."] if errors else []
-    if any("exit code: -9" in line for line in text):
-        parts.insert(0, f"A server process was killed (signal 9), most likely by the out-of-memory killer: "
-                        f"{psutil.virtual_memory().available / 2**30:.1f} GiB of memory is free now. Stop other "
-                        "servers or programs, or lower cpu_kv_cache_gib in the profile.")
+    if any(KILLED.search(line) for line in text):
+        free_gib = psutil.virtual_memory().available / 2**30
+        parts.insert(0, "A server process died without an error of its own (killed), most likely by the "
+                        f"out-of-memory killer: {free_gib:.1f} GiB of memory is free now. Stop other servers or "
+                        "programs, or lower cpu_kv_cache_gib in the profile.")
     return "\n".join([*parts, f"Last lines of {log_path}:", *tail])
 
 
