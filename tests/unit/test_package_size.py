@@ -1,8 +1,8 @@
 """The helper package stays small: what the notebooks import, no module a reader has to scroll through for long.
 
 Issue 45 asks for ``specdec_helpers/`` <= 5,000 lines (``wc -l``) and no module over 400. Every module now serves a
-notebook (what only ``make`` or the tests use lives in ``tools/`` and ``tests/``), and the package holds about 6,500 lines;
-the ceiling below stops it growing while the owners decide on the total."""
+notebook (what only ``make`` or the tests use lives in ``tools/`` and ``tests/``), and the package holds about 6,500
+lines; the ceiling below stops it growing while the owners decide on the total."""
 
 from __future__ import annotations
 
