@@ -87,7 +87,8 @@ def build(run_dir: str | Path, profile: str | None = None, out_dir: str | Path |
             values.update(expand(records, spec.path))
         parameters.update({k: v for k, v in (meta.get("parameters") or {}).items() if k != "run_dir"})
         notebooks[path.stem] = {"values": values, "seconds": round(float(meta["duration"]), 1)
-                                if meta.get("duration") is not None else None}
+                                if meta.get("duration") is not None else None,
+                                "max_tokens": (meta.get("parameters") or {}).get("max_tokens")}  # per notebook
         summary = {name: records[name] for name in SUMMARY_RECORDS.get(path.stem, ()) if name in records}
         if "cells" in summary:
             summary["cells"] = [{f: cell.get(f) for f in CELL_FIELDS} for cell in summary["cells"]]
@@ -165,7 +166,7 @@ def _results(ref: dict[str, Any]) -> str:
     served = _served(prov)
     text = [f"`{ref['profile']}` with {prov.get('vllm_package', 'vLLM')} {prov.get('vllm_version', '')} on "
             f"{prov.get('hardware', 'an unnamed machine')}{served}, run `{prov['run']}` of {when}"
-            + (" (a smoke run)" if prov.get("smoke") else "") + f", {parameters.get('max_tokens', '?')}-token answers."]
+            + (" (a smoke run)" if prov.get("smoke") else "") + f", {_answer_caps(nbs, parameters)}."]
     if prov.get("stale"):
         text.append(f"**Stale**: {prov['stale']}.")
     v05, cells = values("05_structured_vs_creative"), summary("05_structured_vs_creative").get("cells", [])
@@ -249,6 +250,19 @@ def _times(ref: dict[str, Any]) -> str:
             f"the session's notebooks ({', '.join(SESSION_NOTEBOOKS)}) {session / 60:.1f} min; by notebook "
             + ", ".join(f"{stem[:2]} {s / 60:.1f}" for stem, s in seconds.items() if s) + " min."
             + (f" **Stale**: {prov['stale']}." if prov.get("stale") else ""))
+
+
+def _answer_caps(nbs: dict[str, Any], parameters: dict[str, Any]) -> str:
+    """The answer cap of each notebook, grouped ("48-token answers (00, 05), 32 (04, 06, 07)"): a profile may set
+    one per notebook. A reference written before notebooks kept their own gives the run's one value."""
+    caps: dict[int, list[str]] = {}
+    for stem, nb in sorted(nbs.items()):
+        if nb.get("max_tokens"):
+            caps.setdefault(int(nb["max_tokens"]), []).append(stem[:2])
+    if len(caps) <= 1:
+        return f"{next(iter(caps), parameters.get('max_tokens', '?'))}-token answers"
+    (first, where), *rest = sorted(caps.items(), key=lambda item: -len(item[1]))
+    return f"{first}-token answers ({', '.join(where)}), " + ", ".join(f"{c} ({', '.join(w)})" for c, w in rest)
 
 
 def render(reference: dict[str, Any], kind: str) -> str:

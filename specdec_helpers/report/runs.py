@@ -41,8 +41,9 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
     """Every speedup this run folder holds for ``draft`` at ``k`` (04's section 3 and its k sweep, 05 at temperature
     0, 07), one row per notebook, measurement and class: the paired median end-to-end speedup with its 95% interval
     (or, with fewer than 8 prompts, its range over them), the paired median decode speedup, how many pairs, and the
-    prompt ids, so a reader sees how far two measurements of one configuration in one run lie apart. ``draft``: its
-    name, or every name it goes by (notebooks 04 and 07 record the candidate's key, 05's provenance its hub id)."""
+    prompt ids with their answer cap (one key: rows compare only on one setup), so a reader sees how far two
+    measurements of one configuration in one run lie apart. ``draft``: its name, or every name it goes by (notebooks
+    04 and 07 record the candidate's key, 05's provenance its hub id)."""
     import pandas as pd
 
     names = {draft} if isinstance(draft, str) else set(draft)
@@ -56,10 +57,12 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
         return [r for r in read(name).to_dict(orient="records") if r.get("candidate") in names and int(r["k"]) == k]
 
     def prompt_ids(requests: pd.DataFrame, cls: str, server: str | None = None) -> str:
+        """The class's prompt ids and, where the rows record it, their answer cap: one setup, one key."""
         if requests.empty:
             return ""
         mine = requests[(requests["class"] == cls) & ((requests["server"] == server) if server else True)]
-        return " ".join(sorted(set(mine["prompt_id"])))
+        caps = sorted({int(c) for c in mine.get("max_tokens", pd.Series(dtype=float)).dropna()})
+        return " ".join(sorted(set(mine["prompt_id"]))) + "".join(f" @{c} tokens" for c in caps)
 
     rows = []
 

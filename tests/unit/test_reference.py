@@ -300,3 +300,13 @@ def test_a_cpu_reference_is_named_by_its_class_and_can_be_marked_stale(run_dir: 
     assert (path.parent / f"cpu-tiny-int8-{build_reference.HEADLINE_FIGURE}").is_file()
     build_reference.mark_stale(path, "the notebooks changed since")
     assert json.loads(path.read_text())["provenance"]["stale"] == "measured 2026-01-01: the notebooks changed since"
+
+
+def test_the_answer_cap_is_said_per_notebook_where_a_profile_sets_several():
+    caps = build_reference._answer_caps
+    nbs = {"05_structured_vs_creative": {"max_tokens": 48}, "00_setup_check": {"max_tokens": 48},
+           "04_choosing_a_draft": {"max_tokens": 32}, "07_is_it_worth_it": {"max_tokens": 32},
+           "06_context_and_concurrency": {"max_tokens": 32}, "03_memory_budget": {}}
+    assert caps(nbs, {}) == "32-token answers (04, 06, 07), 48 (00, 05)"
+    assert caps({"05_structured_vs_creative": {"max_tokens": 48}}, {}) == "48-token answers"
+    assert caps({"05_structured_vs_creative": {}}, {"max_tokens": 64}) == "64-token answers"  # an older reference

@@ -49,6 +49,11 @@ def test_speedups_in_run_collects_05_and_07_at_the_profile_k(tmp_path):
     assert (five["low"], five["high"], five["spread"]) == (1.4, 1.6, "range over prompts")  # no interval: the range
     seven = table[(table["notebook"] == "07") & (table["class"] == "structured")].iloc[0]
     assert seven["spread"] == "95% interval" and seven["prompts"] == five["prompts"] == "s1 s2"
+    # another answer cap is another setup: the key says so, and the two rows no longer share one
+    _write(tmp_path, "07_requests", [{**r, "max_tokens": 32} for r in spec_07])
+    _write(tmp_path, "05_requests", [{**r, "max_tokens": 48} for r in _requests(4)])
+    capped = speedups_in_run(tmp_path, DRAFT, 4).set_index(["notebook", "class"])["prompts"]
+    assert capped[("05", "structured")] == "s1 s2 @48 tokens" and capped[("07", "structured")] == "s1 s2 @32 tokens"
     # 05 at another k is another configuration: not collected
     _write(tmp_path, "05_requests", _requests(2))
     assert list(speedups_in_run(tmp_path, DRAFT, 4)["notebook"]) == ["07", "07"]
