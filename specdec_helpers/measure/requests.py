@@ -183,7 +183,8 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
         for block, (prompt, repeat) in enumerate(itertools.product(prompts, range(repeats))):
             for slot, server in enumerate(interleaved_order(servers, block)):
                 cap = max_tokens or prompt.max_tokens  # the answer cap is part of the setup a row records
-                m = measure_request(server, prompt.messages, max_tokens=cap, temperature=temperature, seed=seed + repeat)
+                m = measure_request(server, prompt.messages, max_tokens=cap, temperature=temperature,
+                                    seed=seed + repeat)
                 r, spec = m.result, server.speculative_config or {}
                 # provenance first: the row's own configuration (k, method, format) must win over the notebook's
                 row = {**(provenance or {}), "server": server.name, "method": spec.get("method", "none"),
@@ -191,7 +192,8 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                        "served_format": server.served_format, "model_runner": server.model_runner,
                        "prompt_id": prompt.id, "class": prompt.cls, "subcategory": prompt.subcategory,
                        "repeat": repeat, "block": block, "slot": slot, "sent_at": m.sent_at, "temperature": temperature,
-                       "max_tokens": cap, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s, "mean_itl_s": r.mean_itl_s,
+                       "max_tokens": cap, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
+                       "mean_itl_s": r.mean_itl_s,
                        "decode_tokens_per_s": r.decode_tokens_per_s, "engine_prefill_s": m.engine_prefill_s,
                        "engine_decode_s": m.engine_decode_s, "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
                        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
