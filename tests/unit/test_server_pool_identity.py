@@ -81,12 +81,14 @@ def test_no_pool_outside_a_run_and_none_once_its_owner_is_gone(monkeypatch, tmp_
 
 def test_per_notebook_parameters_apply_to_their_notebook_only_and_smoke_drops_them():
     params = profiles.load_profile("cpu-coder")
-    assert profiles.notebook_overrides(params, "05_structured_vs_creative.ipynb") == {"prompts_per_class": 8}
+    assert profiles.notebook_overrides(params, "05_structured_vs_creative.ipynb") == {"prompts_per_class": 8,
+                                                                                   "max_tokens": 40}
     # the k sweep and the learners' stream: cpu-coder-full
     assert profiles.notebook_overrides(params, "04_choosing_a_draft.ipynb") == {"k_sweep": [], "learning_stream": 0,
                                                                              "max_tokens": 32}
     assert profiles.notebook_overrides(params, "07_is_it_worth_it.ipynb") == {
         "prompts_per_class": 8, "max_tokens": 32, "draft_candidates": ["suffix", "qwen2.5-coder-0.5b-instruct"]}
+    assert profiles.notebook_overrides(params, "02_prefill_vs_decode.ipynb") == {"max_tokens": 32}
     assert profiles.notebook_overrides(params, "03_memory_budget.ipynb") == {}
     assert profiles.PER_NOTEBOOK not in profiles.load_profile("cpu-coder", smoke=True)
 
