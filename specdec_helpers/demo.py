@@ -74,8 +74,7 @@ class ServerPair:
 
     def measure(self, prompts: Sequence, temperatures: Sequence[float], **options: Any) -> pd.DataFrame:
         """Every prompt at every temperature on both, paired in time (:func:`measure.paired.measure_paired`): in ABBA
-        blocks when started (both stay up for the demo), else as a sandwich, one server at a time (machines that
-        cannot hold both, e.g. 1.5B fp32 on 24 GB)."""
+        blocks when started (both stay up for the demo), else as a sandwich for machines that cannot hold both."""
         return measure_paired(self.baseline, [self.speculative], prompts, together=self.running,
                               temperature=temperatures, **options)
 

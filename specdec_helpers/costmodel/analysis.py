@@ -17,11 +17,6 @@ def add_time_per_token(results: pd.DataFrame) -> pd.DataFrame:
     return results.assign(s_per_token=results["e2e_s"] / results["completion_tokens"].clip(lower=1))
 
 
-def pooled_acceptance_ci(rows: pd.DataFrame, seed: int = 0) -> tuple[float, float, float]:
-    """Pooled acceptance rate with a 95% bootstrap interval over requests of that same ratio: (point, low, high)."""
-    return bootstrap_ratio_ci(rows["accepted_tokens"], rows["draft_tokens"], seed=seed, min_n=MIN_VALUES_FOR_INTERVAL)
-
-
 def per_position(rows: pd.DataFrame) -> list[float]:
     """Pooled share of drafts whose i-th token was accepted, for each position i."""
     cols = sorted((c for c in rows.columns if c.startswith("accept_pos")), key=lambda c: int(c[10:]))
@@ -48,12 +43,13 @@ def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperatu
     joined = paired(add_time_per_token(results), ["s_per_token", "decode_tokens_per_s"], baseline)
     rows = []
     for key, cell in joined.groupby(["server", *by], sort=True):
-        key = key if isinstance(key, tuple) else (key,)
         speedup = cell["baseline_s_per_token"] / cell["s_per_token"]
         decode_speedup = cell["decode_tokens_per_s"] / cell["baseline_decode_tokens_per_s"]
         point, lo, hi = paired_speedup(speedup)
         pooled = pooled_acceptance(cell)
-        _, acc_lo, acc_hi = pooled_acceptance_ci(cell, seed=seed)
+        # a 95% bootstrap interval over requests of the pooled ratio itself
+        _, acc_lo, acc_hi = bootstrap_ratio_ci(cell["accepted_tokens"], cell["draft_tokens"], seed=seed,
+                                               min_n=MIN_VALUES_FOR_INTERVAL)
         k = int(cell["num_speculative_tokens"].max()) if "num_speculative_tokens" in cell else 0
         alpha = theory.alpha_from_mean_acceptance_length(pooled["mean_acceptance_length"], k, clip=True)
         rows.append(dict(zip(["server", *by], key), n=len(cell), **pooled, acceptance_ci_low=acc_lo,

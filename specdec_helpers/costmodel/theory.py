@@ -14,6 +14,8 @@ from functools import partial
 
 import numpy as np
 
+from specdec_helpers.costmodel import rules
+
 # alpha is searched on a grid of 2**-40 (about 1e-12): far beyond the precision of any measurement
 _GRID = 2**40
 
@@ -109,12 +111,7 @@ class _PiecewiseLinear:
         x = float(x)
         if not (math.isfinite(x) and x >= 1):
             raise ValueError(f"{self.what}: size must be >= 1, got {x!r}")
-        xs, ys = self.xs, self.ys
-        if xs.size == 1 or xs[0] <= x <= xs[-1]:
-            return float(np.interp(x, xs, ys))
-        a, b = (0, 1) if x < xs[0] else (-1, -2)
-        slope = (ys[a] - ys[b]) / (xs[a] - xs[b])
-        return float(max(ys[a] + slope * (x - xs[a]), np.min(ys)))
+        return float(rules.step_time(dict(zip(self.xs, self.ys)), x))  # notebook 06's t(n), the one definition
 
 
 class VerifyCost(_PiecewiseLinear):

@@ -3,6 +3,7 @@ served in (float32, bf16 or int8, by what the CPU multiplies natively): a CPU se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from pathlib import Path
@@ -60,13 +61,15 @@ def cpu_speed_flags() -> list[str]:
     """Which of :data:`SPEED_FLAGS` this CPU has: two machines with the same model name can differ here (a
     hypervisor hides AMX, say), and the same pair decodes ~2 tokens/s on AVX2 alone and ~10 with VNNI int8, so a
     number's hardware line names them."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    flags = set(line.split(":", 1)[1].split()) if ":" in line else set()
+    flags = set(cpuinfo_field("flags").split())
     return [f for f in SPEED_FLAGS if f in flags]
+
+
+def cpuinfo_field(prefix: str) -> str:
+    """The value of /proc/cpuinfo's first line that starts with ``prefix`` ("" without one, or without the file)."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        return next((line.partition(":")[2].strip() for line in handle if line.startswith(prefix)), "")
+    return ""
 
 
 def is_x86() -> bool:
@@ -75,13 +78,11 @@ def is_x86() -> bool:
 
 #: what a CPU server can be served as (``served_format`` in the profiles); "auto": :func:`cpu_serving_format`
 CPU_FORMATS = ("auto", "float32", "bf16", "int8")
-_DTYPE_OF_FORMAT = {"float32": "float32", "bf16": "bfloat16"}
 
 
 def cpu_serving_format(requested: str = "auto") -> str:
-    """"float32", "bf16" or "int8" (W8A8, ``models.quantize``); "auto" picks by the CPU, as measured on 2 cores with
-    the Qwen2.5-Coder pair: int8 with int8 dot products (bf16 decodes ~1.5x slower, float32 ~2.7x); else bf16 where
-    it is native, else float32 (emulated bf16 made verification compute-bound: 1.0x speedup, 1.76x in float32)."""
+    """"float32", "bf16" or "int8" (W8A8, ``models.quantize``); "auto" picks by the CPU: int8 with int8 dot products
+    (float32 decoded ~2.7x slower), else bf16 where native, else float32 (docs/measuring.md, "The served format")."""
     requested = {"bfloat16": "bf16", "w8a8": "int8", "fp32": "float32"}.get(requested, requested)
     if requested not in CPU_FORMATS:
         raise ValueError(f"Unknown served format '{requested}': use one of {', '.join(CPU_FORMATS)} (on a GPU, "
@@ -97,7 +98,7 @@ def cpu_serving_dtype(requested: str = "auto") -> str:
     served = cpu_serving_format(requested)
     if served == "int8":
         return "bfloat16" if cpu_has_fast_bf16() else "float32"
-    return _DTYPE_OF_FORMAT[served]
+    return {"float32": "float32", "bf16": "bfloat16"}[served]
 
 
 #: what a CPU server holds besides weights and KV cache (API server, engine core, worker's torch): measured PSS

@@ -1,18 +1,9 @@
 """One vLLM server per configuration for a whole run of the series, shared by its notebooks (a start takes 45-65 s
-on two cores). ``make run`` opens a pool (``SPECDEC_SERVER_POOL``: the ledger's folder, ``SPECDEC_SERVER_POOL_OWNER``:
-its pid) for every kernel; a ``VLLMServer`` started in it asks the ledger:
-
-- servers with the same command line and environment, less port and served name, are one (:func:`server_key`);
-- one that is up is handed over with its prefix cache emptied (``POST /reset_prefix_cache``, a dev-mode
-  endpoint: ``VLLM_SERVER_DEV_MODE=1``), so no request is sped up by an earlier notebook's; counters stay
-  cumulative, and notebooks read them as differences around their own requests anyway;
-- else one starts, after stopping idle servers (least used, then least recently used) until it fits;
-- leaving the ``with`` block hands it back; the owner (``tools.server_pool``) stops every server at the end,
-  after a failure and on Ctrl-C, and a guard process (``pool_guard``) stops each within a second of the owner
-  dying, even by SIGKILL;
-- a notebook's own servers (``shared=False``) count among the run's starts.
-
-Without a pool (a notebook opened in JupyterLab), every server is the notebook's own.
+on two cores): ``make run`` opens a pool for every kernel (``SPECDEC_SERVER_POOL``: the ledger's folder,
+``SPECDEC_SERVER_POOL_OWNER``: its pid), and a ``VLLMServer`` started in it asks the ledger. The owner
+(``tools.server_pool``) stops every server at the end, and a guard process (``pool_guard``) stops each within a second
+of the owner dying, even by SIGKILL. Without a pool every server is the notebook's own. How: docs/running.md, "One
+server per configuration".
 """
 
 from __future__ import annotations

@@ -133,15 +133,8 @@ class VLLMServer:
             return self._entry.alive()
         return self.process is not None and self.process.poll() is None
 
-    @property
-    def pooled(self) -> bool:  # while this handle uses a shared server of the run's pool
-        return self._entry is not None
-
     def reset_prefix_cache(self) -> None:
-        """Forget every cached prompt prefix, so the next request prefills in full. A measurement sends the same
-        prompt to a server several times (repeats, each k of a sweep, a baseline kept up across candidates): with
-        vLLM's prefix caching on, every send after the first would skip most of its prefill, and a server that saw
-        a prompt more often would look faster to the first token."""
+        """Empty the prefix cache: else a server that saw a prompt more often would look faster to the first token."""
         reset_prefix_cache(self.base_url, self.name)
 
     def client(self):  # -> openai.OpenAI
@@ -158,16 +151,8 @@ class VLLMServer:
         return cpu_serving_format(self.dtype) if self.on_cpu else self.dtype
 
     def served_path(self, model: str | os.PathLike) -> str:
-        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``provision`` builds it)."""
-        if self.served_format != "int8":
-            return _absolute(model)
-        return str(int8_path(_absolute(model)))
-
-    def provision(self) -> None:
-        """Build what the command line names and the cache lacks: the int8 copies (once; ``start`` calls it)."""
-        if self.served_format == "int8":
-            for model in filter(None, (self.model, self.draft)):
-                int8_checkpoint(_absolute(model))
+        """The folder vLLM loads for ``model``: its int8 copy when served as int8 (``start`` builds it)."""
+        return str(int8_path(_absolute(model))) if self.served_format == "int8" else _absolute(model)
 
     def command(self) -> list[str]:
         """The exact command line (shown in notebooks). Paths are absolute: the server runs in its log folder."""
@@ -222,7 +207,9 @@ class VLLMServer:
     def start(self) -> "VLLMServer":
         if self.running:
             return self
-        self.provision()
+        if self.served_format == "int8":  # the int8 copies the command line names, built once into the cache
+            for model in filter(None, (self.model, self.draft)):
+                int8_checkpoint(_absolute(model))
         pool = active_pool()
         if pool is not None and self.shared:
             self._pool = pool
@@ -333,11 +320,8 @@ def remove_orphaned_temp_dirs() -> list[Path]:
 
 #: every server's extra variables: dev mode serves POST /reset_prefix_cache (measure_request, engine.pool)
 POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
-#: numba's threading layer in a CPU server. vLLM's n-gram proposer runs a numba parallel loop every step; on numba's
-#: default OpenMP layer that loop shares GNU OpenMP with torch's CPU kernels, and the n-gram server's plain steps took
-#: 1.40x the baseline's (2-core AMD EPYC, int8, Qwen2.5-Coder-1.5B; 1.26x with NUMBA_NUM_THREADS=1). With numba's
-#: own thread pool they took 0.99x: docs/measuring.md, "Two servers". No other method uses numba; the baseline is
-#: unaffected.
+#: numba's threading layer in a CPU server: on numba's default OpenMP layer vLLM's n-gram loop shares GNU OpenMP with
+#: torch's kernels and slowed the n-gram server's plain steps 1.40x (docs/measuring.md, "Two servers": the numbers).
 CPU_NUMBA_THREADING_LAYER = "workqueue"
 #: the only vLLM plugin a server loads: the series' own (pyproject.toml's ``vllm.general_plugins``). arctic-inference,
 #: installed for suffix decoding, registers one that patches vLLM's engine at start; a comparison must measure the

@@ -32,22 +32,16 @@ def eagle3_config(head: str, num_speculative_tokens: int = 4) -> dict[str, Any]:
 
 
 def is_draft_model_name(candidate: str) -> bool:
-    """Does the candidate name a draft *model* to resolve (``models.resolve_model``)? Not n-gram, not a proposer
-    class, not an EAGLE-3 head (a head is not a model that runs alone)."""
-    return not is_lookup(candidate) and not candidate.startswith(EAGLE3_PREFIX)
-
-
-def is_lookup(candidate: str) -> bool:
-    """n-gram lookup, suffix decoding or one of the series' proposer classes: drafts found in text, no draft model (c
-    near 0, and a draft only on the steps where a match exists: coverage f < 1)."""
-    return candidate in (NGRAM, SUFFIX) or candidate in PROPOSERS
+    """Does the candidate name a draft *model* to resolve (``models.resolve_model``)? Not n-gram, not suffix decoding,
+    not a proposer class, not an EAGLE-3 head (a head is not a model that runs alone)."""
+    # n-gram, suffix decoding and the proposer classes find their drafts in text: no model to resolve
+    return candidate not in (NGRAM, SUFFIX, *PROPOSERS) and not candidate.startswith(EAGLE3_PREFIX)
 
 
 def suffix_config(num_speculative_tokens: int = 4) -> dict[str, Any]:
-    """vLLM's suffix decoding (``method: "suffix"``, the arctic-inference package): drafts up to k tokens from a suffix
-    tree over this request's prompt and answer so far and a global tree over the answers of the requests the server
-    finished before, the continuation with the highest estimated probability (at least vLLM's
-    ``suffix_decoding_min_token_prob``). What it learns lives in the server: a measurement needs a fresh one."""
+    """vLLM's suffix decoding (``method: "suffix"``, the arctic-inference package): drafts up to k tokens, the most
+    probable continuation (at least ``suffix_decoding_min_token_prob``) in suffix trees over this request and over the
+    answers the server finished before: measured on a fresh server (``measure.evaluate.learns_in_server``)."""
     return {"method": SUFFIX, "num_speculative_tokens": num_speculative_tokens}
 
 

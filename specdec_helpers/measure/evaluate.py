@@ -17,22 +17,14 @@ import pandas as pd
 from specdec_helpers.costmodel import analysis, theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.costmodel.rules import draft_coverage, paired_speedup
+from specdec_helpers.engine import spec_config
 from specdec_helpers.engine.serving import VLLMServer
-from specdec_helpers.engine.spec_config import (
-    EAGLE3_PREFIX,
-    NGRAM,
-    PROPOSERS,
-    SUFFIX,
-    custom_config,
-    draft_model_config,
-    eagle3_config,
-    ngram_config,
-    suffix_config,
-)
+from specdec_helpers.engine.spec_config import NGRAM  # notebook 04 reads evaluate.NGRAM
 from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
 from specdec_helpers.models.resolve import resolve_model
+from specdec_helpers.report.runs import REPO_ROOT
 from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ratio_ci
 
 
@@ -61,10 +53,6 @@ def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, ti
                     verify_low=theory.VerifyCost({int(n): float(v) for n, v in summary["ci_low"].items()}))
 
 
-#: where the series' own proposer classes import from (spec_config.PROPOSERS): this package's folder
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-
-
 def candidate_server(candidate: str, target_dir: Path, k: int, server_options: dict[str, Any],
                      prompt_lookup_max: int, proposers: Mapping[str, tuple[str, str | Path]] | None = None,
                      ) -> VLLMServer:
@@ -73,19 +61,20 @@ def candidate_server(candidate: str, target_dir: Path, k: int, server_options: d
     always a server of its own: :func:`learns_in_server`), a proposer class (the series' own,
     ``spec_config.PROPOSERS``, or ``proposers``: name -> (module.Class, the folder its module is in)) or a draft
     model's name."""
-    classes = {name: (path, PACKAGE_ROOT) for name, path in PROPOSERS.items()} | dict(proposers or {})
+    # the series' own classes import from the folder that holds this package
+    classes = {name: (path, REPO_ROOT) for name, path in spec_config.PROPOSERS.items()} | dict(proposers or {})
     python_path: list[str] = []
     if candidate == NGRAM:
-        config = ngram_config(k, prompt_lookup_max)
-    elif candidate == SUFFIX:
-        config = suffix_config(k)
+        config = spec_config.ngram_config(k, prompt_lookup_max)
+    elif candidate == spec_config.SUFFIX:
+        config = spec_config.suffix_config(k)
     elif candidate in classes:
         class_path, folder = classes[candidate]
-        config, python_path = custom_config(class_path, k), [str(folder)]
-    elif candidate.startswith(EAGLE3_PREFIX):
-        config = eagle3_config(candidate.removeprefix(EAGLE3_PREFIX), k)
+        config, python_path = spec_config.custom_config(class_path, k), [str(folder)]
+    elif candidate.startswith(spec_config.EAGLE3_PREFIX):
+        config = spec_config.eagle3_config(candidate.removeprefix(spec_config.EAGLE3_PREFIX), k)
     else:
-        config = draft_model_config(resolve_model(candidate), k)
+        config = spec_config.draft_model_config(resolve_model(candidate), k)
     server = VLLMServer(target_dir, name=candidate, speculative_config=config, python_path=python_path,
                         **server_options)
     if learns_in_server(server):  # what it learns stays in its server: never the run's shared one
@@ -108,7 +97,6 @@ def measure_candidate(candidate: str, baseline: Baseline, prompts: Sequence, *, 
         repeats = 1
     rows = measure_paired(baseline.server, [server], prompts, together=together, temperature=temperature,
                           repeats=repeats, max_tokens=max_tokens, provenance=provenance)
-    rows = rows.assign(speculative_method=(server.speculative_config or {}).get("method", "none"))
     if baseline.server.running:  # v(k+1) now: its median and the low end of its 95% interval
         v = timed_verify_summary(baseline.server, [k + 1], repeats=VERIFY_NEXT_TO_PAIRS_ROUNDS).loc[k + 1]
         rows = rows.assign(verify_k_plus_1=float(v["v"]), verify_low_k_plus_1=float(v["ci_low"]))
@@ -121,20 +109,20 @@ def unavailable_candidates(candidates: Sequence[str]) -> dict[str, str]:
     import importlib.util
 
     missing = {}
-    if SUFFIX in candidates and importlib.util.find_spec("arctic_inference") is None:
-        missing[SUFFIX] = ("vLLM's suffix decoding needs the arctic-inference package, which `make env` builds from "
-                           "source (a C++20 compiler and the Python headers); it is not installed here: see the "
-                           "build log in $SPECDEC_CACHE/wheels, or take `suffix` out of draft_candidates")
+    if spec_config.SUFFIX in candidates and importlib.util.find_spec("arctic_inference") is None:
+        missing[spec_config.SUFFIX] = (
+            "vLLM's suffix decoding needs the arctic-inference package, which `make env` builds from source (a C++20 "
+            "compiler and the Python headers); it is not installed here: see the build log in $SPECDEC_CACHE/wheels, "
+            "or take `suffix` out of draft_candidates")
     return missing
 
 
 def learns_in_server(server: VLLMServer) -> bool:
     """Does this server draft from the answers of requests it served before, including one with the same prompt?
-    vLLM's suffix decoding does (its global tree holds every finished answer), so its measurement starts on a fresh
-    server (not the run's shared one, which earlier notebooks fed the same prompts), is primed with one-token answers
-    (nothing to continue from), and sends each prompt once. The series' ``traffic`` learns too, but never from a
-    request with the same prompt."""
-    return (server.speculative_config or {}).get("method") == SUFFIX
+    vLLM's suffix decoding does (its global tree holds every finished answer), so it gets a fresh server (not the run's
+    shared one, which earlier notebooks fed the same prompts) and each prompt once. The series' ``traffic`` learns
+    too, but never from a request with the same prompt."""
+    return (server.speculative_config or {}).get("method") == spec_config.SUFFIX
 
 
 #: rounds of the v(k+1) measurement next to each candidate's pairs (3 is the least for a median and an interval)
@@ -156,13 +144,10 @@ def timed_verify_summary(server: VLLMServer, ks: Sequence[int], attempts: int = 
     return timed()  # the last attempt's error is the notebook's
 
 
-#: how a decode step is timed, target and draft alike (c is the ratio of two such medians): ``phases.itl_by_position``
-STEP_METHOD = {"output_tokens": 32, "repeats": 2}
-
-
 def decode_step_seconds(server: VLLMServer) -> float:
-    """One decode step of one sequence on ``server``, timed by ``STEP_METHOD`` (the one method for c)."""
-    return float(phases.itl_by_position(server, **STEP_METHOD)["itl_s"].median())
+    """One decode step of one sequence on ``server``: the one timing for target and draft alike (c is the ratio of
+    two such medians)."""
+    return float(phases.itl_by_position(server, output_tokens=32, repeats=2)["itl_s"].median())
 
 
 #: a lookup's one-token steps stand for its undrafted steps when at least this share of them carried no draft
@@ -171,23 +156,20 @@ UNDRAFTED_SHARE_FOR_PLAIN_STEP = 0.75
 
 def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     """One row per candidate request with its paired baseline request: the speedups (decode by the engine's clock and
-    by the client's, end to end and time to first token by the client's), the speedup split into tokens per step and
-    time per step, the c its steps imply (``theory.c_from_step``) and the physics guard.
+    by the client's, end to end and time to first token by the client's), split into tokens per step and time per
+    step, the c its steps imply (``theory.c_from_step``) and the physics guard.
 
-    ``plain_step_ratio`` u: the candidate's one-token steps over the baseline's, where most of them carried no draft
-    (a lookup's): what the server's configuration costs (u > 1) or gives (u < 1) apart from speculation; the
-    candidate's median over its pairs scales every target step of that server in the guard and in c (1 where it
-    cannot be measured: a draft model drafts at every step). ``decode_bound`` = tokens per step /
-    ((f * v(k+1) + 1 - f) * min(u, 1)): the most any drafting could give, with verification at the low end of its
-    interval measured next to these pairs (``verify_low_k_plus_1``; else the notebook's). A pair whose decode speedup
-    is above it, or whose end to end speedup is above ``e2e_bound`` (below), measured the machine, not speculation:
-    ``flagged``, and kept out of every statistic that decides something.
-
-    End to end, prefill is the same work on both servers (more with a draft model, which prefills too), so the most a
-    pair can reach is ``e2e_bound`` = (T + D) / (T + D / decode_bound), with T and D the baseline request's time to
-    first token and decode time: a baseline whose prefill was slow by chance tightens it, which is what catches an
-    end-to-end gain that is prefill noise. A time-to-first-token ratio above the A/A control's scatter
-    (``baseline.ttft_noise``) is such noise too and is flagged, where the A/A control ran."""
+    ``plain_step_ratio`` u: the candidate's one-token steps over the baseline's, where most carried no draft (a
+    lookup's): what the server's configuration costs (u > 1) or gives (u < 1) apart from speculation; its median over
+    the candidate's pairs scales every target step of that server in the guard and in c (1 where it cannot be
+    measured: a draft model drafts at every step). ``decode_bound`` = tokens per step / ((f * v(k+1) + 1 - f) *
+    min(u, 1)), v at the low end of its interval measured next to these pairs (``verify_low_k_plus_1``; else the
+    notebook's): the most any drafting could give. End to end, prefill is the same work on both servers (more with a
+    draft model, which prefills too), so ``e2e_bound`` = (T + D) / (T + D / decode_bound), T and D the baseline
+    request's time to first token and decode time: a baseline whose prefill was slow by chance tightens it, which is
+    what catches an end-to-end gain that is prefill noise. A pair above either bound, or with a time-to-first-token
+    ratio above the A/A control's scatter (``baseline.ttft_noise``, where it ran), measured the machine, not
+    speculation: ``flagged``, and kept out of every statistic that decides something."""
     rows = analysis.add_time_per_token(rows)
     for column in ("drafts", "accepted_tokens", "one_token_step_s", "one_token_steps"):
         if column not in rows:
@@ -239,8 +221,7 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
 
 def relative_spread(values: pd.Series) -> float:
     """Interquartile range over median: how much a set of paired ratios scatters (what 04 compares the clocks by)."""
-    values = values.dropna()
-    return float((values.quantile(0.75) - values.quantile(0.25)) / values.median()) if len(values) else math.nan
+    return float((values.quantile(0.75) - values.quantile(0.25)) / values.median())  # NaN for no values
 
 
 def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, *, k: int, max_k: int,
@@ -264,9 +245,6 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     c_model = max(c, 0.0) if np.isfinite(c) else math.nan  # below 0 is noise around free drafting: the model's c >= 0
     ratios = kept["speedup"].dropna()
     point, lo, hi = paired_speedup(ratios)
-
-    def stat(values: pd.Series, how: str) -> float:  # NaN for no values
-        return float(getattr(values.dropna(), how)()) if values.notna().any() else math.nan
     coverage = draft_coverage(spec)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c_model, baseline.verify, coverage)
                  if np.isfinite(c_model) else math.nan)
@@ -275,19 +253,18 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
                          if np.isfinite(c_model) else (k, math.nan))
     flagged = table[table["flagged"]]
     # a workload's speedup: what its users wait for in all, total baseline time over total speculative time
-    total, total_lo, total_hi = (
-        bootstrap_ratio_ci(kept["baseline_e2e_s"], kept["e2e_s"], min_n=MIN_VALUES_FOR_INTERVAL) if len(kept)
-        else (math.nan,) * 3)
+    total, total_lo, total_hi = bootstrap_ratio_ci(kept["baseline_e2e_s"], kept["e2e_s"], min_n=MIN_VALUES_FOR_INTERVAL)
+    # pandas' median, min and max skip NaN and give NaN for no values
+    verify_next = float(table["verify_k_plus_1"].median())
     return {"candidate": candidate, "k": k, "acceptance_rate": pooled["acceptance_rate"],
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c_model, "c_in_server": c_in_server, "coverage": coverage,
-            "verify_cost_k_plus_1": (stat(table["verify_k_plus_1"], "median") if len(table)
-                                     else baseline.verify(k + 1)), "predicted_decode_speedup": predicted,
-            "measured_decode_speedup": stat(kept["decode_speedup"], "median"),
-            "decode_speedup_min": stat(kept["decode_speedup"], "min"),
-            "decode_speedup_max": stat(kept["decode_speedup"], "max"), "measured_speedup": point,
+            "verify_cost_k_plus_1": verify_next if len(table) else baseline.verify(k + 1),
+            "predicted_decode_speedup": predicted, "measured_decode_speedup": float(kept["decode_speedup"].median()),
+            "decode_speedup_min": float(kept["decode_speedup"].min()),
+            "decode_speedup_max": float(kept["decode_speedup"].max()), "measured_speedup": point,
             "speedup_ci_low": lo, "speedup_ci_high": hi, "n_pairs": int(len(ratios)),
-            "speedup_min": stat(ratios, "min"), "speedup_max": stat(ratios, "max"),
+            "speedup_min": float(ratios.min()), "speedup_max": float(ratios.max()),
             "total_time_speedup": total, "total_time_ci_low": total_lo, "total_time_ci_high": total_hi,
             "decode_spread_engine": relative_spread(kept["decode_speedup"]),
             "decode_spread_client": relative_spread(kept["decode_speedup_client"]),
@@ -296,14 +273,13 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
                         f"{r.speedup:.2f}x end to end (bound {r.e2e_bound:.2f}x), "
                         f"time to first token {r.ttft_ratio:.2f}x"
                         for r in flagged.itertuples()],
-            "method": str(spec["speculative_method"].iloc[0]) if "speculative_method" in spec and len(spec) else "",
+            "method": str(spec["method"].iloc[0]) if "method" in spec and len(spec) else "",
             # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
-            "tokens_per_step": stat(table["tokens_per_step"], "median"),
-            "time_per_step": stat(table["step_ratio"], "median"),
-            "plain_step_ratio": stat(table["plain_step_ratio_pair"], "median"),
+            "tokens_per_step": float(table["tokens_per_step"].median()),
+            "time_per_step": float(table["step_ratio"].median()),
+            "plain_step_ratio": float(table["plain_step_ratio_pair"].median()),
             "plain_step_ratio_n": int(table["plain_step_ratio_pair"].notna().sum()),
-            "ttft_ratio": stat(table["ttft_ratio"], "median"),
-            "verify_next_to_pairs": stat(table["verify_k_plus_1"], "median"),
+            "ttft_ratio": float(table["ttft_ratio"].median()), "verify_next_to_pairs": verify_next,
             "design": str(rows["design"].iloc[0]) if "design" in rows and len(rows) else "",
             "drift": sandwich_drift(rows) if "design" in rows else math.nan,
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
@@ -321,18 +297,15 @@ def draft_steps(draft_dirs: dict[str, Path], target_dir: Path, server_options: d
     return steps
 
 
-#: the A/A control's second baseline: the same target and settings, another server (its own process and cache)
-AA_REPLICA = "baseline-replica"
-
-
 def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, provenance: dict,
                server_options: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two identical baseline servers measured with the candidates' paired design (ABBA, one request at a time): the
     ratio between them is what two servers differ by when nothing differs but the server, the noise floor a
     candidate's speedup is read against. Returns the rows and one row per ratio (decode, end to end, time to first
     token, one-token steps) with its median, 95% interval (from ``MIN_VALUES_FOR_INTERVAL`` pairs) and range."""
-    # the replica must not be the pool's shared baseline (the same command line): a marker in its environment
-    replica = VLLMServer(Path(baseline.server.model), name=AA_REPLICA,
+    # the second baseline: the same target and settings, another server (its own process and cache); it must not be
+    # the pool's shared baseline (the same command line): a marker in its environment
+    replica = VLLMServer(Path(baseline.server.model), name="baseline-replica",
                          extra_env={"SPECDEC_ROLE": "A/A control replica"}, **server_options)
     rows = measure_paired(baseline.server, [replica], prompts, together=True, temperature=0.0, repeats=1,
                           max_tokens=max_tokens, provenance=provenance)

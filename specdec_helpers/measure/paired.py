@@ -1,12 +1,8 @@
 """The series' one way to measure a speedup: every candidate request sits next to the baseline's request for the same
-prompt in time, so the machine's drift (tens of percent within minutes on shared machines and laptops) hits both.
-
-``together``: every server is up and each (prompt, repeat) block runs the baseline and the candidates in ABBA order
-(:func:`measure.requests.interleaved_order`), after every server has seen every prompt once
-(:func:`measure.requests.prime`). Where memory holds only one server, a sandwich: the baseline's block,
-each candidate's, the baseline's again; the drift between the two baseline blocks bounds the ratio's error and is
-reported (:func:`sandwich_drift`), and the baseline that pairs with a candidate is the mean of its two blocks.
-"""
+prompt in time, so the machine's drift (tens of percent within minutes on shared machines and laptops) hits both:
+all servers up, blocks in ABBA order (:func:`measure.requests.interleaved_order`), or where memory holds only one
+server a sandwich (baseline, candidate, baseline: the drift between the two baseline blocks bounds the ratio's error,
+:func:`sandwich_drift`)."""
 
 from __future__ import annotations
 

@@ -173,11 +173,9 @@ def _decoded(path: Path) -> Iterable[tuple[int, str, Any]]:
 
 
 def load_prompts(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Prompt]:
-    """Prompts from one file or several, in order; ids are unique across them (results join on id). Each file is the
-    series' JSONL, an OpenAI chat-completions JSONL (``{"messages": [...]}`` lines, or the batch API's
-    ``{"custom_id", "body": {"messages", "max_tokens"}}``) or a ShareGPT JSON array (``{"conversations": [{"from",
-    "value"}]}``), told apart line by line; ``class`` defaults to ``DEFAULT_CLASS``, ``subcategory`` to the class, the
-    id to the line, ``max_tokens`` to ``DEFAULT_MAX_TOKENS``."""
+    """Prompts from one file or several, in order; ids are unique across them (results join on id). Each file is in
+    one of the formats the module docstring lists, told apart line by line; ``class`` defaults to ``DEFAULT_CLASS``,
+    ``subcategory`` to the class, the id to the line, ``max_tokens`` to ``DEFAULT_MAX_TOKENS``."""
     paths = [Path(path_or_paths)] if isinstance(path_or_paths, (str, os.PathLike)) else [Path(p) for p in path_or_paths]
     if not paths:
         raise ValueError("load_prompts() needs at least one file path")

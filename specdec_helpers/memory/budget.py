@@ -76,13 +76,12 @@ def kv_tokens_for_space(shape_or_shapes: Union[ModelLike, Iterable[ModelLike]], 
 
 
 def estimate_overhead_gb(shapes: Union[ModelLike, Iterable[ModelLike]], tensor_parallel: int = 1,
-                         activation_dtype: str = "bf16", prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
-                         max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> float:
+                         activation_dtype: str = "bf16") -> float:
     """An estimate of the reserve vLLM keeps out of the KV pool, per GPU, in GB: the fixed part plus the larger
     model's peak in one prefill chunk (MLP gate, up and output, ~4 hidden-wide tensors, float32 logits)."""
     act = dtype_bytes(activation_dtype)
-    peak = max((prefill_chunk_tokens * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
-               + max_num_seqs * s.vocab * 4 for s in _as_shapes(shapes)), default=0.0)
+    peak = max((DEFAULT_PREFILL_CHUNK_TOKENS * (3 * s.intermediate / tensor_parallel + 4 * s.hidden) * act
+               + DEFAULT_MAX_NUM_SEQS * s.vocab * 4 for s in _as_shapes(shapes)), default=0.0)
     return DEFAULT_FIXED_OVERHEAD_GB + peak / GB
 
 
@@ -95,7 +94,6 @@ class Budget:
     tensor_parallel: int
     context_len: int
     block_size: int
-    weight_dtype: str
     kv_dtype: str
     target: str
     draft: str | None
@@ -215,7 +213,7 @@ def plan_budget(target: ModelLike, draft: ModelLike | None = None, gpu: Union[st
     tokens_alone = kv_tokens_for_space(t_shape, (usable_gb - t_weights - reserve_alone) * GB, block_size, kv_dtype,
                                        tensor_parallel)
     return Budget(gpu=spec, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel=tensor_parallel,
-                  context_len=context_len, block_size=block_size, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                  context_len=context_len, block_size=block_size, kv_dtype=kv_dtype,
                   target=target_name, draft=d_name, usable_gb=usable_gb, target_weights_gb=t_weights,
                   draft_weights_gb=d_weights, overhead_gb=reserve, kv_pool_gb=kv_pool_gb,
                   target_kv_bytes_per_token=t_kv, draft_kv_bytes_per_token=d_kv, kv_tokens=kv_tokens,
@@ -232,12 +230,10 @@ def max_context_len(target: ModelLike, draft: ModelLike | None = None, **plan_kw
         return exc.max_context_len
 
 
-def talk_setup(gpu: Union[str, GPUSpec] = "RTX PRO 6000 Blackwell", gpu_memory_utilization: float = 0.45,
-               context_len: int = 8192, overhead_gb: float | None = None) -> dict[str, Budget]:
+def talk_setup() -> dict[str, Budget]:
     """The talk's demo as this project reconstructs it: two servers on one Blackwell card. The talk states only
     "about 16 GB" of baseline weights and a "2.5" GB draft; the models (Llama-3.1-8B-Instruct, with
     Llama-3.2-1B-Instruct), the 96 GB RTX PRO 6000 and 0.45 each are inferred from those sizes (notebook 03)."""
-    common = dict(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, context_len=context_len,
-                  overhead_gb=overhead_gb)
-    return {setup: plan_budget("meta-llama/Llama-3.1-8B-Instruct", draft, **common)
+    return {setup: plan_budget("meta-llama/Llama-3.1-8B-Instruct", draft, gpu="RTX PRO 6000 Blackwell",
+                               gpu_memory_utilization=0.45, context_len=8192)
             for setup, draft in (("baseline", None), ("speculative", "meta-llama/Llama-3.2-1B-Instruct"))}

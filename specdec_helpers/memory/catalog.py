@@ -83,7 +83,6 @@ class GPUSpec:
     name: str
     memory_gb: float
     bandwidth_gb_s: float
-    notes: str = ""
 
 
 def known_gpus() -> list[str]:
@@ -100,8 +99,7 @@ def gpu_spec(name: Union[str, GPUSpec]) -> GPUSpec:
         raise UnknownGPUError(f"unknown GPU {str(name)!r}. Known GPUs: {', '.join(_GPUS)}. "
                               f"For another card pass GPUSpec(name, memory_gb, bandwidth_gb_s).")
     row = _GPUS[canonical]
-    return GPUSpec(name=canonical, memory_gb=float(row["memory_gb"]), bandwidth_gb_s=float(row["bandwidth_gb_s"]),
-                   notes=str(row.get("notes", "")))
+    return GPUSpec(name=canonical, memory_gb=float(row["memory_gb"]), bandwidth_gb_s=float(row["bandwidth_gb_s"]))
 
 
 def match_gpu(detected: str | None) -> GPUSpec | None:

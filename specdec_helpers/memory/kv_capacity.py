@@ -68,11 +68,9 @@ def parse_kv_capacity(log_text: str) -> KVCapacity:
 def read_kv_capacity(log_path: Union[str, Path]) -> KVCapacity:  # of a server's ``log_path``
     path = Path(log_path)
     try:
-        text = path.read_text(errors="replace")
+        return parse_kv_capacity(path.read_text(errors="replace"))
     except OSError as exc:
         raise KVLogError(f"cannot read the vLLM log {path}: {exc}") from exc
-    try:
-        return parse_kv_capacity(text)
     except KVLogError as exc:
         raise KVLogError(f"{path}: {exc}") from None
 
@@ -87,14 +85,12 @@ def relative_error(predicted: float, reported: float) -> float:
 def catalog_name(model: Union[str, Path]) -> str | None:
     """The catalog's hub id for a profile's model (an offline key or a hub id); None for a directory or a model
     not in the catalog."""
-    from specdec_helpers.models.wheel_models import OFFLINE_MODELS
+    from specdec_helpers.models.resolve import describe_model  # an offline key's hub id
 
     name = str(model)
     if Path(name).expanduser().exists():
         return None
-    # display_name starts with the hub id: "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF ...)"
-    offline = {key: spec.display_name.split()[0] for key, spec in OFFLINE_MODELS.items()}
-    for candidate in filter(None, [name, offline.get(name.lower(), "")]):
+    for candidate in dict.fromkeys([name, describe_model(name.lower())]):
         try:
             config = load_model_config(candidate)
         except UnknownModelError:

@@ -78,10 +78,9 @@ class RunSettings:
 
     def check(self, prompts: Sequence, max_tokens: int, *, servers: int = 1, draft_model: Any = _SAME,
               ) -> PreflightReport:
-        """The preflight of ``servers`` servers of these settings up at once, each answering ``prompts`` (chat
-        messages, ``Prompt`` s, strings or token ids) with up to ``max_tokens`` (a Prompt's own when 0/None);
-        ``draft_model``: another draft, or None for the target alone. Raises :class:`PreflightError` naming for
-        each problem the parameter to change and the largest value that fits."""
+        """The preflight of ``servers`` servers of these settings up at once, each answering ``prompts`` (messages,
+        ``Prompt`` s, strings or token ids) with up to ``max_tokens`` (a Prompt's own when 0/None); ``draft_model``:
+        another draft, or None for the target alone. :class:`PreflightError` names each fix: parameter, largest fit."""
         draft = self.draft_model if draft_model is _SAME else draft_model
         report = run_checks(profile=self.profile, target_model=self.target_model, drafts=[draft] if draft else [],
                             requests=[_request(i, prompt, max_tokens) for i, prompt in enumerate(prompts)],

@@ -3,7 +3,6 @@ not a fact, so every results row and figure title carries this."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import shutil
@@ -14,17 +13,13 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
-from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, is_x86, usable_core_ids
+from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, cpuinfo_field, is_x86, usable_core_ids
 from specdec_helpers.engine.install import vllm_install
 
 
 @lru_cache(maxsize=1)
 def cpu_name() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 @dataclass(frozen=True)

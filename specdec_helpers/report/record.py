@@ -1,9 +1,8 @@
 """The one channel for results between notebooks, tests and the run report: ``record(name, value)``.
 
-A record is a JSON value under a name. It is displayed in our own MIME type (papermill saves it in the executed
-notebook, where the report and tests read it) and, once a notebook has called :func:`keep_records_in`, written to
-``<run>/records/<notebook>.json`` as ``{"notebook": stem, "records": {name: value}}`` after every record, so a later
-notebook reads an earlier one's results (:func:`run_records`) whether it ran under papermill or in JupyterLab.
+A record is a JSON value under a name, displayed in our own MIME type (papermill saves it in the executed notebook,
+where the report and tests read it) and, after :func:`keep_records_in`, written to ``<run>/records/<notebook>.json``
+at once, so a later notebook reads it (:func:`run_records`) whether this one ran under papermill or in JupyterLab.
 Each notebook documents what it records in the cell that records it; later notebooks read: 04's
 ``recommendation`` (05, 06), 04's ``k_sweep`` and 06's ``schedule`` (07)."""
 

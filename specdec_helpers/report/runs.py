@@ -39,11 +39,11 @@ def save_figure(fig, run_dir: str | Path, name: str) -> Path:  # as PNG under ``
 
 def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> "pd.DataFrame":
     """Every speedup this run folder holds for ``draft`` at ``k`` (04's section 3 and its k sweep, 05 at temperature
-    0, 07), one row per notebook, measurement and class: the paired median end-to-end speedup with its 95% interval
-    (or, with fewer than 8 prompts, its range over them), the paired median decode speedup, how many pairs, and the
-    prompt ids with their answer cap (one key: rows compare only on one setup), so a reader sees how far two
-    measurements of one configuration in one run lie apart. ``draft``: its name, or every name it goes by (notebooks
-    04 and 07 record the candidate's key, 05's provenance its hub id)."""
+    0, 07), one row per notebook, measurement and class, so a reader sees how far two measurements of one
+    configuration in one run lie apart: the paired median end-to-end speedup with its 95% interval (or, with fewer
+    than 8 prompts, its range over them), the paired median decode speedup, how many pairs, and ``prompts``: the
+    prompt ids and answer cap ("@N tokens") as one key, since rows compare only on one setup. ``draft``: its name,
+    or every name it goes by (notebooks 04 and 07 record the candidate's key, 05's provenance its hub id)."""
     import pandas as pd
 
     names = {draft} if isinstance(draft, str) else set(draft)
@@ -56,8 +56,7 @@ def speedups_in_run(run_dir: str | Path, draft: str | Iterable[str], k: int) -> 
     def of_draft(name: str) -> list[dict]:  # the table's rows of this draft at this k
         return [r for r in read(name).to_dict(orient="records") if r.get("candidate") in names and int(r["k"]) == k]
 
-    def prompt_ids(requests: pd.DataFrame, cls: str, server: str | None = None) -> str:
-        """The class's prompt ids and, where the rows record it, their answer cap: one setup, one key."""
+    def prompt_ids(requests: pd.DataFrame, cls: str, server: str | None = None) -> str:  # the cap where recorded
         if requests.empty:
             return ""
         mine = requests[(requests["class"] == cls) & ((requests["server"] == server) if server else True)]

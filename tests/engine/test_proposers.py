@@ -8,10 +8,10 @@ import pandas as pd
 
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.engine.spec_config import PROPOSERS, custom_config
-from specdec_helpers.measure.evaluate import PACKAGE_ROOT
 from specdec_helpers.measure.metrics import read_spec_counters
 from specdec_helpers.measure.prompts import Prompt
 from specdec_helpers.measure.requests import measure_prompts
+from specdec_helpers.report.runs import REPO_ROOT as PACKAGE_ROOT
 
 K = 4
 PEOPLE = [("Maria Lopez", 34, "Porto"), ("Jon Berg", 51, "Oslo"), ("Aiko Tanaka", 27, "Osaka"),

@@ -43,7 +43,7 @@ with VLLMServer(TARGET, name=NAME, speculative_config=ngram_config(4), log_dir=L
     hits_before = prefix_hits(server.base_url)
     rows = measure_prompts([server], prompts, temperature=0.0, max_tokens=24, progress=False)
     out = {"reused": server.reused, "port": server.port, "served": server.served_model_name,
-           "pooled": server.pooled, "prefix_hits": prefix_hits(server.base_url) - hits_before,
+           "pooled": server._entry is not None, "prefix_hits": prefix_hits(server.base_url) - hits_before,
            "text": rows["text"].tolist(), "accepted": rows["accepted_tokens"].tolist(),
            "drafts": rows["drafts"].tolist()}
     # prefix caching hits whole KV blocks only (128 tokens on vLLM's CPU backend): a prompt of ~500 tokens

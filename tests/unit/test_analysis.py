@@ -40,14 +40,24 @@ def test_ratio_ci_edge_cases():
         bootstrap_ratio_ci([1, -1], [3, 3])
 
 
-def test_pooled_acceptance_ci_matches_pooled_acceptance():
+def _paired_rows(spec: pd.DataFrame) -> pd.DataFrame:
+    """``spec`` as one speculative server's requests, each paired with a baseline request on its prompt."""
+    spec = spec.assign(server="speculative", prompt_id=[f"p{i}" for i in range(len(spec))], repeat=0,
+                       temperature=0.0, e2e_s=1.0, completion_tokens=10, decode_tokens_per_s=10.0)
+    base = spec[["prompt_id", "repeat", "temperature", "e2e_s", "completion_tokens", "decode_tokens_per_s"]]
+    return pd.concat([base.assign(server="baseline"), spec], ignore_index=True)
+
+
+def test_cell_summary_acceptance_interval_is_around_the_pooled_acceptance():
     rows = _rows([10, 2, 7, 0, 9, 3, 6, 1], [12, 8, 8, 4, 12, 8, 8, 4])
-    point, lo, hi = analysis.pooled_acceptance_ci(rows)
+    cell = analysis.cell_summary(_paired_rows(rows), by=()).iloc[0]
+    point, lo, hi = cell["acceptance_rate"], cell["acceptance_ci_low"], cell["acceptance_ci_high"]
     assert point == pytest.approx(pooled_acceptance(rows)["acceptance_rate"]) == pytest.approx(38 / 64)
     assert lo <= point <= hi
     # four requests: the pooled rate, but no interval (stats.MIN_VALUES_FOR_INTERVAL)
-    point, lo, hi = analysis.pooled_acceptance_ci(rows.iloc[:4])
-    assert point == pytest.approx(19 / 32) and math.isnan(lo) and math.isnan(hi)
+    cell = analysis.cell_summary(_paired_rows(rows.iloc[:4]), by=()).iloc[0]
+    assert cell["acceptance_rate"] == pytest.approx(19 / 32)
+    assert math.isnan(cell["acceptance_ci_low"]) and math.isnan(cell["acceptance_ci_high"])
 
 
 def _results():

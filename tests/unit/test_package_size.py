@@ -1,8 +1,10 @@
 """The helper package stays small: what the notebooks import, no module a reader has to scroll through for long.
 
-Issue 45 asks for ``specdec_helpers/`` <= 5,000 lines (``wc -l``) and no module over 400. Every module now serves a
-notebook (what only ``make`` or the tests use lives in ``tools/`` and ``tests/``), and the package holds about 6,500
-lines; the ceiling below stops it growing while the owners decide on the total."""
+Issue 45 asks for ``specdec_helpers/`` <= 5,000 lines (``wc -l``) and no module over 400. Every module serves a
+notebook (what only ``make`` or the tests use lives in ``tools/`` and ``tests/``); three reviews of every module found
+about 110 lines of dead code, duplicates and guards that cannot trigger, which went. The package holds about 6,400
+lines, about 1,000 of them ``costmodel/rules.py``'s exported rules and the docstrings that say why; the ceiling
+below stops it growing while the owners decide on the total."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_550
+MAX_PACKAGE_LINES = 6_420
 
 
 def _lines() -> dict[str, int]:

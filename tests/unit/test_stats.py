@@ -23,8 +23,6 @@ def test_p90_is_an_observed_value_never_below_the_median():
     assert nearest_rank_percentile([3.0, 1.0, 2.0], 50) == 2.0 and nearest_rank_percentile([3.0, 1.0], 100) == 3.0
     for values in ([2.0, 9.0], [1.0, 5.0, 7.0, 8.0], [4.0, 4.0, 1.0]):
         assert nearest_rank_percentile(values, 90) >= median_iqr(values)[0]
-    with pytest.raises(ValueError, match="q must be"):
-        nearest_rank_percentile([1.0], 0)
 
 
 def test_median_iqr_drops_nan_and_rejects_empty():
@@ -57,8 +55,6 @@ def test_bootstrap_ci_other_stat_and_bad_input():
     # a stat without an axis argument still works (row-by-row fallback)
     p, lo, hi = bootstrap_ci([1, 2, 3, 4, 5], stat=lambda v: float(np.mean(v)), n_resamples=200)
     assert p == 3.0 and 1.0 <= lo <= 3.0 <= hi <= 5.0
-    with pytest.raises(ValueError):
-        bootstrap_ci([1, 2, 3], confidence=1.5)
     with pytest.raises(ValueError):
         bootstrap_ci([])
 
