@@ -1,0 +1,48 @@
+"""Notebook 06's prefill model and its pick at the longest prompt when the physics guard left out every pair of a
+server at some length (a real run: all three n-gram pairs at 256 tokens were above their bound, and the cell then
+raised on a NaN c_pre). The cells run as the notebook holds them, on a ``by_len`` table of that shape; no servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specdec_helpers.costmodel import theory
+from specdec_helpers.costmodel.verdict import decision_side
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_context_and_concurrency.ipynb"
+CELLS = ("c06pre", "c06pre-rec", "c06pre-best")
+
+
+def _run_cells(rows: dict[tuple[str, int], list[float]]) -> dict:
+    cells = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    index = pd.MultiIndex.from_tuples(sorted(rows), names=["server", "asked_tokens"])
+    by_len = pd.DataFrame([rows[key] for key in sorted(rows)], index=index,
+                          columns=["prompt_tokens", "decode_speedup", "end_to_end_speedup", "prefill_share",
+                                   "ttft_ratio"])
+    namespace = {"np": np, "pd": pd, "theory": theory, "decision_side": decision_side, "min_gain": 0.1,
+                 "by_len": by_len, "labels": {"draft": "the draft model", "ngram": "n-gram lookup"}}
+    for cell in CELLS:
+        exec(compile(cells[cell], f"06:{cell}", "exec"), namespace)
+    return namespace
+
+
+def test_a_server_with_one_kept_length_gets_no_prediction_and_still_counts_at_the_longest_prompt():
+    ns = _run_cells({("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("draft", 1536): [1532, 1.50, 0.83, 0.74, 1.40],
+                     ("ngram", 1536): [1532, 3.27, 1.19, 0.74, 1.03]})
+    ngram = ns["prefill_model"].set_index("server").loc["ngram"]
+    assert np.isnan(ngram["c_prefill"]) and np.isnan(ngram["predicted_end_to_end"])
+    assert ns["prefill_model"].set_index("server").loc["draft", "predicted_end_to_end"].notna().all()
+    assert ns["best_long"] == "ngram" and ns["best_pays"]
+
+
+@pytest.mark.parametrize("ngram_e2e", [0.9, 1.3])
+def test_a_server_without_a_kept_pair_at_the_longest_prompt_is_not_picked_there(ngram_e2e):
+    ns = _run_cells({("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("draft", 1536): [1532, 1.50, 0.83, 0.74, 1.40],
+                     ("ngram", 256): [235, 3.0, ngram_e2e, 0.20, 1.01]})
+    assert ns["best_long"] == "draft" and not ns["best_pays"]
+    assert "neither method pays" in ns["longest_finding"]
