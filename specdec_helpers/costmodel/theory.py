@@ -104,14 +104,14 @@ class _PiecewiseLinear:
                 raise ValueError(f"{what}: sizes must be >= 1, got {x!r}")
             if not (math.isfinite(y) and y > 0):
                 raise ValueError(f"{what}: costs must be positive numbers, got {y!r} at {x:g}")
-        self.xs, self.ys = np.asarray(pts).T
+        self.points = dict(pts)  # {size: cost}, sorted
         self.what = what
 
     def __call__(self, x: float) -> float:
         x = float(x)
         if not (math.isfinite(x) and x >= 1):
             raise ValueError(f"{self.what}: size must be >= 1, got {x!r}")
-        return float(rules.step_time(dict(zip(self.xs, self.ys)), x))  # notebook 06's t(n), the one definition
+        return float(rules.step_time(self.points, x))  # notebook 06's t(n), the one definition
 
 
 class VerifyCost(_PiecewiseLinear):
@@ -127,7 +127,7 @@ class VerifyCost(_PiecewiseLinear):
         super().__init__(points, "VerifyCost")
 
     def __repr__(self) -> str:
-        ratios = {int(n) if n.is_integer() else n: v for n, v in zip(self.xs.tolist(), self.ys.tolist())}
+        ratios = {int(n) if n.is_integer() else n: v for n, v in self.points.items()}
         return f"VerifyCost({ratios!r})"
 
 
