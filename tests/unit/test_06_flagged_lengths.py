@@ -1,6 +1,7 @@
-"""Notebook 06's prefill model and its pick at the longest prompt when the physics guard left out every pair of a
-server at some length (a real run: all three n-gram pairs at 256 tokens were above their bound, and the cell then
-raised on a NaN c_pre). The cells run as the notebook holds them, on a ``by_len`` table of that shape; no servers."""
+"""Notebook 06's section 1 (its finding, prefill model and pick at the longest prompt) and section 3's c when the
+physics guard left out every pair of a server at some length or at all (a real run: all three n-gram pairs at 256
+tokens were above their bound, and the cell then raised on a NaN c_pre). The cells run as the notebook holds them,
+on tables of that shape; no servers."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from specdec_helpers.costmodel import theory
 from specdec_helpers.costmodel.verdict import decision_side
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_context_and_concurrency.ipynb"
-CELLS = ("c06pre", "c06pre-rec", "c06pre-best")
+CELLS = ("c07", "c06pre", "c06pre-rec", "c06pre-best")
 
 
 def _run_cells(rows: dict[tuple[str, int], list[float]]) -> dict:
@@ -23,8 +24,9 @@ def _run_cells(rows: dict[tuple[str, int], list[float]]) -> dict:
     index = pd.MultiIndex.from_tuples(sorted(rows), names=["server", "asked_tokens"])
     by_len = pd.DataFrame([rows[key] for key in sorted(rows)], index=index,
                           columns=["prompt_tokens", "decode_speedup", "end_to_end_speedup", "prefill_share",
-                                   "ttft_ratio"])
-    namespace = {"np": np, "pd": pd, "theory": theory, "decision_side": decision_side, "min_gain": 0.1,
+                                   "ttft_ratio"]).assign(coverage=1.0, acceptance_rate=0.5)
+    context = pd.DataFrame({"server": ["baseline", "draft", "ngram"], "answer_found": [True, True, False]})
+    namespace = {"context": context, "np": np, "pd": pd, "theory": theory, "decision_side": decision_side, "min_gain": 0.1,
                  "by_len": by_len, "labels": {"draft": "the draft model", "ngram": "n-gram lookup"}}
     for cell in CELLS:
         exec(compile(cells[cell], f"06:{cell}", "exec"), namespace)
@@ -52,3 +54,21 @@ def test_a_server_without_any_kept_pair_is_left_out_of_the_prefill_model():
     ns = _run_cells({("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("draft", 1536): [1532, 1.50, 0.83, 0.74, 1.40]})
     assert set(ns["prefill_model"]["server"]) == {"draft"} and set(ns["c_pre_by_server"]) == {"draft"}
     assert ns["best_long"] == "draft"
+
+
+def test_no_kept_pair_of_either_server_reads_as_nothing_measured():
+    ns = _run_cells({})
+    assert ns["prefill_model"].empty and ns["best_long"] is None and not ns["best_pays"]
+    assert "nothing measured reliably" in ns["context_finding"]
+    assert "nothing measured reliably" in ns["longest_finding"]
+
+
+def test_without_kept_draft_pairs_the_finding_says_so_and_c_comes_from_all_its_pairs():
+    ns = _run_cells({("ngram", 256): [235, 3.0, 1.3, 0.20, 1.01]})
+    assert "nothing measured reliably with the draft model" in ns["context_finding"] and ns["best_long"] == "ngram"
+    cell = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}["c10"]
+    ctx = pd.DataFrame({"server": ["draft", "draft", "ngram"], "asked_tokens": [256, 1536, 256],
+                        "c_in_server": [0.30, 0.50, 0.01], "flagged": [True, True, False]})
+    ns.update(kept=ctx[~ctx["flagged"]], ctx=ctx, target_steps=pd.DataFrame({"sequences": [1, 5], "step_s": [0.1, 0.2]}))
+    exec(compile(cell, "06:c10", "exec"), ns)
+    assert ns["c"] == pytest.approx(0.30)  # the draft's shortest length, flagged pairs included
