@@ -242,10 +242,11 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     c_source = kept if kept["c_in_server"].notna().any() else table
     c_in_server = float(c_source["c_in_server"].median()) if c_source["c_in_server"].notna().any() else math.nan
     c = c_in_server if c is None else c
-    c_model = max(c, 0.0) if np.isfinite(c) else math.nan  # below 0 is noise around free drafting: the model's c >= 0
+    coverage = draft_coverage(spec)
+    # below 0 is noise around free drafting: the model's c >= 0; a proposer that never drafted spent nothing drafting
+    c_model = max(c, 0.0) if np.isfinite(c) else 0.0 if coverage == 0 else math.nan
     ratios = kept["speedup"].dropna()
     point, lo, hi = paired_speedup(ratios)
-    coverage = draft_coverage(spec)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c_model, baseline.verify, coverage)
                  if np.isfinite(c_model) else math.nan)
     # the same coverage: n-gram lookup that drafts on few steps must not get the per-drafted-step gain of a long k

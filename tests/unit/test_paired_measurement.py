@@ -104,6 +104,18 @@ def test_a_class_prediction_uses_the_c_it_is_given_not_its_own_timings():
         theory.predicted_speedup_with_coverage(given["alpha_per_token"], K, 0.5, VERIFY, given["coverage"]))
 
 
+def test_a_proposer_that_never_drafted_costs_nothing_and_is_predicted_at_plain_speed():
+    """A lookup that found nothing to copy on every prompt has no drafted step to learn c from: the model's c is 0
+    (no drafting ran), so every prediction that follows is plain decoding, 1.0x, not a ValueError on a NaN c."""
+    rows = pd.DataFrame(_pair("p1", 0, spec_decode_s=4.1, drafts=0, accepted=0) +
+                        _pair("p2", 1, spec_decode_s=4.2, drafts=0, accepted=0))
+    summary = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
+    assert math.isnan(summary["c_in_server"]) and summary["coverage"] == 0 and summary["c"] == 0
+    assert summary["predicted_decode_speedup"] == 1.0 and summary["best_k"] == 0
+    assert theory.concurrency_speedup(summary["alpha_per_token"], K, summary["c"], {1: 0.1, 5: 0.12}, 4,
+                                      summary["coverage"]) == 1.0
+
+
 def test_a_sandwich_pairs_with_the_mean_of_its_baseline_blocks_and_reports_their_drift():
     before = _row("baseline", "p1", block=0, slot=0, sent_at=0, tokens=41, engine_decode_s=4.0, e2e_s=4.0)
     spec = _row("draft", "p1", block=0, slot=0, sent_at=60, tokens=41, engine_decode_s=2.5, drafts=10, accepted=30)
