@@ -331,7 +331,18 @@ def preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> s
 
     Checked for one server at a time, the least every notebook needs: a notebook that wants two at
     once checks that itself and, on a CPU, measures them one after the other when they do not fit.
+    It runs in a child process: on a first run the check downloads and converts the models, and the
+    memory that takes goes back to the machine when the child exits (held by this process for the
+    whole run, it left no room for a third shared server, which was stopped and started again).
     """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(_preflight_refusal, profile, smoke, overrides).result()
+
+
+def _preflight_refusal(profile: str, smoke: bool, overrides: dict[str, Any]) -> str | None:
     from tools.preflight import check_profile
     from tools.profiles import ProfileError
 
