@@ -38,7 +38,7 @@ from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ci
 # notebooks/01_how_it_works.ipynb, cell c18
 def expected_tokens_per_pass(alpha, k):
     """E(alpha, k) = 1 + alpha + ... + alpha^k, the tokens one speculative step yields (the derivation above);
-    specdec_helpers.costmodel.theory uses this same formula (a test checks they agree)."""
+    specdec_helpers.costmodel.theory calls this rule, with its inputs checked."""
     return k + 1.0 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
@@ -51,7 +51,7 @@ def predicted_speedup(alpha, k, c, v):
 # notebooks/01_how_it_works.ipynb, cell c20
 def break_even_alpha(k, c, v):
     """The alpha at which the speedup reaches 1 (it rises with alpha, so halve the interval); NaN where even
-    alpha = 1 loses. The cost model's theory.break_even_alpha gives the same numbers (a test checks)."""
+    alpha = 1 loses. The cost model (theory.predicted_speedup, theory.break_even_alpha) calls these two rules."""
     if predicted_speedup(1.0, k, c, v) < 1.0:
         return float("nan")
     low, high = 0.0, 1.0

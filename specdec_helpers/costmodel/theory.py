@@ -53,12 +53,8 @@ def _first_reaching(f: Callable[[float], float], target: float) -> float:
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
-    """``E = 1 + alpha + ... + alpha**k``: draft token i survives only if all before it do, and the target always
-    adds one (vLLM's mean acceptance length). Near ``alpha = 1`` the series is summed (the closed form is 0/0)."""
-    a, g = _check_alpha(alpha), _check_k(k)
-    if a > 1.0 - 1e-6:
-        return float(sum(a**i for i in range(g + 1)))
-    return (1.0 - a ** (g + 1)) / (1.0 - a)
+    """``E = 1 + alpha + ... + alpha**k`` (vLLM's mean acceptance length): notebook 01's rule, its inputs checked."""
+    return float(rules.expected_tokens_per_pass(_check_alpha(alpha), _check_k(k)))
 
 
 def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = False) -> float:
@@ -72,7 +68,8 @@ def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = Fa
     g = _check_k(k, minimum=1)
     m = _number(mal, "mean acceptance length must be a number", lambda m: 1.0 <= m <= g + 1,
                 f"mean acceptance length must be between 1 and k+1 = {g + 1}")
-    return _first_reaching(lambda a: expected_tokens_per_pass(a, g), m)
+    # every draft accepted is alpha = 1 (near it, the closed form loses digits to cancellation)
+    return 1.0 if m == g + 1 else _first_reaching(lambda a: expected_tokens_per_pass(a, g), m)
 
 
 def alpha_from_per_position(rates: Iterable[float]) -> float:
@@ -134,24 +131,31 @@ class VerifyCost(_PiecewiseLinear):
 VerifyLike = VerifyCost | float | int | None
 
 
+def _v(verify: VerifyLike, k: int) -> float:
+    """v(k + 1), the pass checking k drafts: 1 for None (the papers' free verification), else measured or given."""
+    if verify is None:
+        return 1.0
+    if callable(verify):  # a VerifyCost: the pass checking k drafts processes k + 1 positions
+        return float(verify(k + 1))
+    return _number(verify, "verify cost must be a positive number", lambda v: 0 < v < math.inf,
+                   "verify cost must be a positive number")
+
+
 def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None) -> float:
-    """``E(alpha, k) / (k * c + v(k + 1))``, a draft every step; ``verify``: a VerifyCost, a number or None (v = 1)."""
-    return predicted_speedup_with_coverage(alpha, k, c, verify, 1.0)
+    """``E(alpha, k) / (k * c + v(k + 1))``, a draft every step: notebook 01's rule, its inputs checked;
+    ``verify``: a VerifyCost, a number or None (v = 1)."""
+    a, g, cf = _check_alpha(alpha), _check_k(k), _check_c(c)
+    return float(rules.predicted_speedup(a, g, cf, _v(verify, g)))
 
 
 def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
                                     coverage: float = 1.0) -> float:
     """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup), the others
-    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``."""
-    a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
-    if verify is None:  # the papers' free verification
-        v = 1.0
-    elif callable(verify):  # a VerifyCost: the pass checking k drafts processes k + 1 positions
-        v = float(verify(g + 1))
-    else:
-        v = _number(verify, "verify cost must be a positive number", lambda v: 0 < v < math.inf,
-                    "verify cost must be a positive number")
-    return (f * expected_tokens_per_pass(a, g) + (1.0 - f)) / (f * (g * cf + v) + (1.0 - f))
+    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``, where a drafted
+    step yields E for E / s target steps, s notebook 01's speedup."""
+    f = _check_coverage(coverage)
+    s, e = predicted_speedup(alpha, k, c, verify), expected_tokens_per_pass(alpha, k)
+    return (f * e + 1.0 - f) / (f * e / s + 1.0 - f)
 
 
 def c_from_step(step_ratio: float, k: int, v: float, coverage: float = 1.0) -> float:
@@ -190,12 +194,11 @@ def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapp
     return (f * expected_tokens_per_pass(a, g) + (1.0 - f)) * tb / step
 
 
-def break_even_alpha(k: int, c: float, verify: VerifyLike = None, coverage: float = 1.0) -> float:
-    """The per-token acceptance below which this ``k`` makes decoding slower (NaN when even ``alpha = 1`` loses)."""
-    g, cf, f = _check_k(k, minimum=1), _check_c(c), _check_coverage(coverage)
-    if predicted_speedup_with_coverage(1.0, g, cf, verify, f) < 1.0:
-        return float("nan")
-    return _first_reaching(lambda a: predicted_speedup_with_coverage(a, g, cf, verify, f), 1.0)
+def break_even_alpha(k: int, c: float, verify: VerifyLike = None) -> float:
+    """The per-token acceptance below which this ``k`` makes decoding slower (NaN when even ``alpha = 1`` loses):
+    notebook 01's rule, its inputs checked. Coverage does not move it: plain steps neither gain nor lose."""
+    g, cf = _check_k(k, minimum=1), _check_c(c)
+    return float(rules.break_even_alpha(g, cf, _v(verify, g)))
 
 
 def end_to_end_speedup(prefill_share: float, decode_speedup: float, prefill_cost: float = 0.0) -> float:

@@ -299,7 +299,7 @@ def test_crossover_first_loss_after_a_gain_even_when_noisy():
 
 def test_01_builds_the_cost_model_that_theory_reuses():
     """01 defines E(alpha, k), the speedup and the break-even alpha where its derivation is read; the helpers the
-    later notebooks call (costmodel.theory) must give the same numbers, or one of the two has drifted."""
+    later notebooks call (costmodel.theory) check their inputs and call these rules: the same numbers."""
     from specdec_helpers.costmodel import rules, theory
 
     ns = vars(rules)  # 01's definitions, exported by `make rules`
