@@ -58,13 +58,18 @@ def cell_summary(results: pd.DataFrame, by: Sequence[str] = ("class", "temperatu
                          decode_tokens_per_s=float(cell["decode_tokens_per_s"].median()),
                          decode_speedup=float(decode_speedup.median()), speedup=point, speedup_ci_low=lo,
                          speedup_ci_high=hi, speedup_min=float(speedup.min()), speedup_max=float(speedup.max())))
-    return pd.DataFrame(rows)
+    # named columns even with no row (the physics guard left out every pair): the notebook's tables stay empty
+    return pd.DataFrame(rows, columns=["server", *by, "n", "acceptance_rate", "mean_acceptance_length",
+                                       "acceptance_ci_low", "acceptance_ci_high", "alpha_per_token", "per_position",
+                                       "baseline_decode_tokens_per_s", "decode_tokens_per_s", "decode_speedup",
+                                       "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_min", "speedup_max"])
 
 
 def per_position_long(summary: pd.DataFrame, label_cols: Sequence[str]) -> pd.DataFrame:
     """Long form of the per-position lists, for a line plot (position on x, rate on y)."""
-    return pd.DataFrame([{"cell": " / ".join(str(row[c]) for c in label_cols), "position": i, "accepted_share": rate}
-                         for _, row in summary.iterrows() for i, rate in enumerate(row["per_position"], start=1)])
+    return pd.DataFrame([(" / ".join(str(row[c]) for c in label_cols), i, rate) for _, row in summary.iterrows()
+                         for i, rate in enumerate(row["per_position"], start=1)],
+                        columns=["cell", "position", "accepted_share"])
 
 
 def first_difference(a: Sequence, b: Sequence) -> int | None:

@@ -24,6 +24,7 @@ from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
 from specdec_helpers.models.resolve import resolve_model
+from specdec_helpers.report.recommendation import from_notebook_04
 from specdec_helpers.report.runs import REPO_ROOT
 from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ratio_ci
 
@@ -37,9 +38,11 @@ class Baseline:
     verify_summary: pd.DataFrame  # per n positions: median v, quartiles, 95% interval (phases.summarize_verify_cost)
     verify: theory.VerifyCost  # the medians: what the cost model uses
     verify_low: theory.VerifyCost  # the intervals' lower ends: the physics guard gives verification the doubt
-    #: the most a pair's time-to-first-token ratio (baseline over candidate) strays from 1 between two identical
-    #: servers: set by :func:`aa_control`; NaN (no A/A control yet) leaves time to first token unjudged
+    #: the most a pair's time-to-first-token and decode ratios stray from 1 between two identical servers: set by
+    #: :func:`aa_control` (04) or :func:`noise_from_04` (05-07); NaN (no A/A control) allows the guard no noise
+    #: and leaves time to first token unjudged
     ttft_noise: float = math.nan
+    decode_noise: float = math.nan
 
 
 def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, time_step: bool = True) -> Baseline:
@@ -167,8 +170,10 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     notebook's): the most any drafting could give. End to end, prefill is the same work on both servers (more with a
     draft model, which prefills too), so ``e2e_bound`` = (T + D) / (T + D / decode_bound), T and D the baseline
     request's time to first token and decode time: a baseline whose prefill was slow by chance tightens it, which is
-    what catches an end-to-end gain that is prefill noise. A pair above either bound, or with a time-to-first-token
-    ratio above the A/A control's scatter (``baseline.ttft_noise``, where it ran), measured the machine, not
+    what catches an end-to-end gain that is prefill noise. Two identical servers differ too (the A/A control, where
+    it ran): the decode bound is widened by their worst decode ratio (``baseline.decode_noise``) and T may shrink by
+    their worst time-to-first-token ratio (``baseline.ttft_noise``), so the bounds judge what noise cannot explain. A
+    pair above either bound, or with a time-to-first-token ratio beyond that scatter, measured the machine, not
     speculation: ``flagged``, and kept out of every statistic that decides something."""
     rows = analysis.add_time_per_token(rows)
     for column in ("drafts", "accepted_tokens", "one_token_step_s", "one_token_steps"):
@@ -195,12 +200,13 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
          for r, uu, vv, ff in zip(step_ratio, u, v, f)]
     # u < 1 (plain steps faster than the baseline's) raises what the pair can reach; u > 1 never lowers the bound: a
     # slower configuration cannot make a pair faster than physics, and a noisy u would flag honest slow pairs
-    bound = decoded / steps / ((f * v_low + 1 - f) * np.minimum(u, 1.0))
+    decode_noise, ttft_noise = (x if np.isfinite(x) else 1.0 for x in (baseline.decode_noise, baseline.ttft_noise))
+    bound = decoded / steps / ((f * v_low + 1 - f) * np.minimum(u, 1.0)) * decode_noise
     decode_speedup = pairs["engine_decode_tokens_per_s"] / pairs["baseline_engine_decode_tokens_per_s"]
     speedup = pairs["baseline_s_per_token"] / pairs["s_per_token"]
     prefill = pairs["baseline_ttft_s"]
     decode_s = (pairs["baseline_e2e_s"] - prefill).clip(lower=0)
-    e2e_bound = (prefill + decode_s) / (prefill + decode_s / bound)
+    e2e_bound = (prefill + decode_s) / (prefill / ttft_noise + decode_s / bound)
     ttft_ratio = pairs["baseline_ttft_s"] / pairs["ttft_s"]
     over_decode, over_e2e = decode_speedup > bound, speedup > e2e_bound
     over_ttft = ttft_ratio > baseline.ttft_noise if np.isfinite(baseline.ttft_noise) else False
@@ -310,7 +316,7 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
                          extra_env={"SPECDEC_ROLE": "A/A control replica"}, **server_options)
     rows = measure_paired(baseline.server, [replica], prompts, together=True, temperature=0.0, repeats=1,
                           max_tokens=max_tokens, provenance=provenance)
-    table = pair_table(rows, replace(baseline, ttft_noise=math.nan), 1)
+    table = pair_table(rows, replace(baseline, ttft_noise=math.nan, decode_noise=math.nan), 1)
     ratios = {"decode (engine)": table["decode_speedup"], "end to end": table["speedup"],
               "time to first token": table["ttft_ratio"], "one-token step": table["plain_step_ratio_pair"]}
     summary = []
@@ -320,7 +326,28 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
         summary.append({"ratio": what, "pairs": len(values), "median": point, "ci_low": low, "ci_high": high,
                         "min": float(values.min()) if len(values) else math.nan,
                         "max": float(values.max()) if len(values) else math.nan})
-    ttft = table["ttft_ratio"].dropna()
-    # two identical servers' worst time-to-first-token ratio, either way: what a pair's ratio may stray by as noise
-    baseline.ttft_noise = float(max(ttft.max(), 1 / ttft.min())) if len(ttft) else math.nan
-    return rows, pd.DataFrame(summary)
+    summary = pd.DataFrame(summary)
+    baseline.decode_noise, baseline.ttft_noise = _worst_ratios(summary)
+    return rows, summary
+
+
+def _worst_ratios(summary: pd.DataFrame) -> tuple[float, float]:
+    """Two identical servers' worst decode and time-to-first-token ratios, either way from 1 (NaN when missing)."""
+    by = summary.set_index("ratio")
+    worst = [max(by.at[r, "max"], 1 / by.at[r, "min"]) if r in by.index and by.at[r, "min"] > 0 else math.nan
+             for r in ("decode (engine)", "time to first token")]
+    return tuple(float(w) if np.isfinite(w) else math.nan for w in worst)
+
+
+def noise_from_04(baseline: Baseline, run_dir: str | Path, target_model: str) -> str:
+    """Give the physics guard of a notebook that runs no A/A control of its own (05, 06, 07) notebook 04's, from the
+    same run folder and target: without it the guard allows no noise between two servers and leaves time to first
+    token unjudged. Returns the line the notebook prints."""
+    aa, where = from_notebook_04(run_dir, "aa_control")
+    found, _ = from_notebook_04(run_dir, "recommendation")
+    if not aa or not isinstance(found, dict) or found.get("target_model") != target_model:
+        why = where if not aa else f"notebook 04's A/A control ({where}) was not measured on {target_model}"
+        return f"the physics guard allows no noise between two servers: {why}"
+    baseline.decode_noise, baseline.ttft_noise = _worst_ratios(pd.DataFrame(aa))
+    return (f"the physics guard allows two identical servers' worst ratios in notebook 04's A/A control ({where}): "
+            f"decode {baseline.decode_noise:.2f}x, time to first token {baseline.ttft_noise:.2f}x")

@@ -1,5 +1,6 @@
-"""Notebook 04's recommendation for 05 and 06: used only when its speculative configuration has a draft *model*
-(``method: "draft_model"``) for the same target, whatever the candidate is called or where it was defined. The rule
+"""Notebook 04's records for the notebooks after it: its recommendation for 05 and 06 (used only when its
+speculative configuration has a draft *model*, ``method: "draft_model"``, for the same target, whatever the candidate
+is called or where it was defined) and its A/A control for the physics guard of 05, 06 and 07. The rule
 (``draft_rule``, with its ``DraftChoice``) is notebook 05's, exported to :mod:`specdec_helpers.costmodel.rules`."""
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ INTERACTIVE = "interactive"
 STALE_AFTER_S = 6 * 3600
 
 
-def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
-    """``(recommendation, where it came from)``: what notebook 04 recorded in this run, or ``(None, why not)``."""
+def from_notebook_04(run_dir: str | Path, name: str) -> tuple[Any, str]:
+    """``(value, where it came from)``: what notebook 04 recorded under ``name`` in this run, or ``(None, why not)``
+    (nothing recorded, an unreadable file, or another session's ``runs/interactive``)."""
     try:
-        found = run_records(run_dir, NOTEBOOK_STEM).get("recommendation")
+        found = run_records(run_dir, NOTEBOOK_STEM).get(name)
     except ValueError as exc:  # a 04 that died while writing: 05 and 06 still run, on the profile's draft
         return None, f"notebook 04's records cannot be read ({exc})"
-    if not isinstance(found, dict):  # a dict: a candidate, or none with the reason (nothing measured reliably)
-        return None, f"no recommendation recorded by notebook 04 in {run_dir}"
+    if found is None:
+        return None, f"no {name} recorded by notebook 04 in {run_dir}"
     path = records_file(run_dir, NOTEBOOK_STEM)
     if not path.is_file():  # read from an executed notebook's outputs: its folder is its session's
         return found, f"recorded by notebook 04 in {Path(run_dir).name}"
@@ -34,9 +36,16 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
     age_s = time.time() - written
     when = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(written))}, {age_s / 3600:.1f} h ago"
     if Path(run_dir).name == INTERACTIVE and age_s > STALE_AFTER_S:
-        return None, (f"notebook 04's recommendation in {run_dir} was recorded {when}, by another session: "
+        return None, (f"notebook 04's {name} in {run_dir} was recorded {when}, by another session: "
                       "rerun 04, or use `make lab`, whose session has a run folder of its own")
     return found, f"recorded by notebook 04 in {Path(run_dir).name} at {when}"
+
+
+def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """``(recommendation, where it came from)``: a dict (a candidate, or none with the reason: nothing measured
+    reliably), or ``(None, why not)``."""
+    found, where = from_notebook_04(run_dir, "recommendation")
+    return (found, where) if isinstance(found, dict) else (None, where)
 
 
 def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> DraftChoice:

@@ -228,3 +228,36 @@ def test_a_time_to_first_token_ratio_beyond_the_a_a_scatter_is_flagged_once_the_
     table = evaluate.pair_table(rows, armed, K).set_index("prompt_id")
     assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "time to first token above the A/A scatter"
     assert not table.loc["p1", "flagged"]
+
+
+def test_the_a_a_control_widens_both_bounds_by_how_far_two_identical_servers_differed():
+    # 40 tokens in 10 drafted steps: the bound is 4 / v_low(k + 1); this pair's decode speedup is 10% above it
+    bound = 4.0 / VERIFY_LOW(K + 1)
+    rows = pd.DataFrame(_pair("p0", 0, spec_decode_s=4.0 / (bound * 1.1)))
+    assert evaluate.pair_table(rows, _baseline(), K).iloc[0]["flagged"]  # no A/A control: no allowance
+    armed = _baseline()
+    armed.decode_noise, armed.ttft_noise = 1.25, 1.2  # two identical servers' worst decode and prefill ratios
+    r = evaluate.pair_table(rows, armed, K).iloc[0]
+    assert r["decode_bound"] == pytest.approx(bound * 1.25) and not r["flagged"]
+    prefill, decode_s = 0.2, 4.0  # the baseline request's time to first token and decode time
+    assert r["e2e_bound"] == pytest.approx((prefill + decode_s) / (prefill / 1.2 + decode_s / (bound * 1.25)))
+
+
+def test_notebooks_after_04_take_its_a_a_control_from_the_same_run_and_target(tmp_path):
+    import json
+
+    from specdec_helpers.report.record import records_file
+
+    baseline = _baseline()
+    assert "allows no noise" in evaluate.noise_from_04(baseline, tmp_path, "t")  # 04 has not run here
+    assert math.isnan(baseline.decode_noise) and math.isnan(baseline.ttft_noise)
+    path = records_file(tmp_path, "04_choosing_a_draft")
+    path.parent.mkdir(parents=True)
+    aa = [{"ratio": "decode (engine)", "min": 0.8, "max": 1.1}, {"ratio": "end to end", "min": 0.5, "max": 2.0},
+          {"ratio": "time to first token", "min": 0.9, "max": 1.3}]
+    path.write_text(json.dumps({"records": {"aa_control": aa, "recommendation": {"candidate": None, "target_model": "t"}}}))
+    assert "not measured on other" in evaluate.noise_from_04(baseline, tmp_path, "other")
+    assert math.isnan(baseline.decode_noise)
+    line = evaluate.noise_from_04(baseline, tmp_path, "t")
+    assert baseline.decode_noise == pytest.approx(1.25) and baseline.ttft_noise == pytest.approx(1.3)
+    assert "decode 1.25x" in line and "time to first token 1.30x" in line
