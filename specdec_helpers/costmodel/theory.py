@@ -47,11 +47,6 @@ def _check_k(k: int, minimum: int = 0, name: str = "k (draft tokens per step)") 
     return int(k)
 
 
-def _first_reaching(f: Callable[[float], float], target: float) -> float:
-    """The smallest alpha on the grid of [0, 1] with ``f(alpha) >= target``, for an increasing ``f``."""
-    return bisect.bisect_left(range(_GRID + 1), target, key=lambda i: f(i / _GRID)) / _GRID
-
-
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
     """``E = 1 + alpha + ... + alpha**k`` (vLLM's mean acceptance length): notebook 01's rule, its inputs checked."""
     return float(rules.expected_tokens_per_pass(_check_alpha(alpha), _check_k(k)))
@@ -68,8 +63,10 @@ def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = Fa
     g = _check_k(k, minimum=1)
     m = _number(mal, "mean acceptance length must be a number", lambda m: 1.0 <= m <= g + 1,
                 f"mean acceptance length must be between 1 and k+1 = {g + 1}")
-    # every draft accepted is alpha = 1 (near it, the closed form loses digits to cancellation)
-    return 1.0 if m == g + 1 else _first_reaching(lambda a: expected_tokens_per_pass(a, g), m)
+    # the smallest alpha on a grid of 2**-40 whose E reaches m (E rises with alpha); every draft accepted is alpha = 1
+    # (near it, the closed form loses digits to cancellation)
+    first = bisect.bisect_left(range(_GRID + 1), m, key=lambda i: expected_tokens_per_pass(i / _GRID, g))
+    return 1.0 if m == g + 1 else first / _GRID
 
 
 def alpha_from_per_position(rates: Iterable[float]) -> float:

@@ -225,6 +225,8 @@ def test_a_time_to_first_token_ratio_beyond_the_a_a_scatter_is_flagged_once_the_
     assert unjudged.loc["p0", "ttft_ratio"] == pytest.approx(2.5) and not unjudged["flagged"].any()
     armed = _baseline()
     armed.ttft_noise = 1.5  # two identical servers strayed by at most 1.5x
+    assert not evaluate.pair_table(rows, armed, K)["flagged"].any()  # an allowance only, as 05-07 take 04's
+    armed.judge_ttft = True  # the A/A control ran next to these pairs (04)
     table = evaluate.pair_table(rows, armed, K).set_index("prompt_id")
     assert table.loc["p0", "flagged"] and table.loc["p0", "flag_reason"] == "time to first token above the A/A scatter"
     assert not table.loc["p1", "flagged"]
@@ -260,4 +262,5 @@ def test_notebooks_after_04_take_its_a_a_control_from_the_same_run_and_target(tm
     assert math.isnan(baseline.decode_noise)
     line = evaluate.noise_from_04(baseline, tmp_path, "t")
     assert baseline.decode_noise == pytest.approx(1.25) and baseline.ttft_noise == pytest.approx(1.3)
+    assert not baseline.judge_ttft  # allowances on the bounds, not a time-to-first-token check of their own
     assert "decode 1.25x" in line and "time to first token 1.30x" in line
