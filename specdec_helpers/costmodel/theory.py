@@ -63,10 +63,10 @@ def alpha_from_mean_acceptance_length(mal: float | None, k: int, clip: bool = Fa
     g = _check_k(k, minimum=1)
     m = _number(mal, "mean acceptance length must be a number", lambda m: 1.0 <= m <= g + 1,
                 f"mean acceptance length must be between 1 and k+1 = {g + 1}")
-    # the smallest alpha on a grid of 2**-40 whose E reaches m (E rises with alpha); every draft accepted is alpha = 1
-    # (near it, the closed form loses digits to cancellation)
-    first = bisect.bisect_left(range(_GRID + 1), m, key=lambda i: expected_tokens_per_pass(i / _GRID, g))
-    return 1.0 if m == g + 1 else first / _GRID
+    if m == g + 1:  # every draft accepted (near alpha = 1 the closed form loses digits to cancellation)
+        return 1.0
+    # the smallest alpha on a grid of 2**-40 whose E reaches m (E rises with alpha)
+    return bisect.bisect_left(range(_GRID + 1), m, key=lambda i: expected_tokens_per_pass(i / _GRID, g)) / _GRID
 
 
 def alpha_from_per_position(rates: Iterable[float]) -> float:
@@ -148,11 +148,10 @@ def predicted_speedup(alpha: float, k: int, c: float, verify: VerifyLike = None)
 def predicted_speedup_with_coverage(alpha: float, k: int, c: float, verify: VerifyLike = None,
                                     coverage: float = 1.0) -> float:
     """Predicted decode speedup when only a share ``f`` of decode steps carries a draft (n-gram lookup), the others
-    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``, where a drafted
-    step yields E for E / s target steps, s notebook 01's speedup."""
-    f = _check_coverage(coverage)
-    s, e = predicted_speedup(alpha, k, c, verify), expected_tokens_per_pass(alpha, k)
-    return (f * e + 1.0 - f) / (f * e / s + 1.0 - f)
+    being plain steps (cost 1, 1 token): ``(f * E + 1 - f) / (f * (k * c + v(k + 1)) + 1 - f)``, E notebook 01's."""
+    a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
+    e = rules.expected_tokens_per_pass(a, g)
+    return (f * e + 1.0 - f) / (f * (g * cf + _v(verify, g)) + 1.0 - f)
 
 
 def c_from_step(step_ratio: float, k: int, v: float, coverage: float = 1.0) -> float:

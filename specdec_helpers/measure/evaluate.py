@@ -24,7 +24,7 @@ from specdec_helpers.measure import phases
 from specdec_helpers.measure.paired import measure_paired, sandwich_drift
 from specdec_helpers.measure.requests import warm_up
 from specdec_helpers.models.resolve import resolve_model
-from specdec_helpers.report.recommendation import from_notebook_04
+from specdec_helpers.report.recommendation import find_recommendation, from_notebook_04
 from specdec_helpers.report.runs import REPO_ROOT
 from specdec_helpers.stats import MIN_VALUES_FOR_INTERVAL, bootstrap_ratio_ci
 
@@ -349,8 +349,8 @@ def noise_from_04(baseline: Baseline, run_dir: str | Path, target_model: str) ->
     same run folder and target, as allowances on both bounds (not as a time-to-first-token check: ``judge_ttft``);
     without it the guard allows no noise between two servers. Returns the line the notebook prints."""
     aa, where = from_notebook_04(run_dir, "aa_control")
-    found, _ = from_notebook_04(run_dir, "recommendation")
-    if not aa or not isinstance(found, dict) or found.get("target_model") != target_model:
+    found, _ = find_recommendation(run_dir)  # it names the target 04 measured on
+    if not aa or found is None or found.get("target_model") != target_model:
         why = where if not aa else f"notebook 04's A/A control ({where}) was not measured on {target_model}"
         return f"the physics guard allows no noise between two servers: {why}"
     baseline.decode_noise, baseline.ttft_noise = _worst_ratios(pd.DataFrame(aa))
