@@ -174,7 +174,8 @@ class VLLMServer:
     def environment(self) -> dict[str, str]:
         # PYTHONSAFEPATH: like -P, for every Python process the server spawns
         env = {"VLLM_LOGGING_LEVEL": "INFO", **os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONSAFEPATH": "1",
-               **POOLED_ENV}  # dev mode: POST /reset_prefix_cache (a server listens on 127.0.0.1 only)
+               "VLLM_SERVER_DEV_MODE": "1"}  # dev mode: POST /reset_prefix_cache (measure_request, engine.pool; a
+        # server listens on 127.0.0.1 only)
         if self.temp_dir is not None:
             env["TMPDIR"] = str(self.temp_dir)
         if self.python_path:
@@ -196,7 +197,7 @@ class VLLMServer:
 
     def pool_key(self) -> str:
         """This server's identity in a run's pool: the command line and environment, less port and name."""
-        return server_key(self.command(), self.environment() | POOLED_ENV)
+        return server_key(self.command(), self.environment())
 
     def estimated_ram_bytes(self) -> int:
         """What this server will hold in RAM on a CPU: weights in the served dtype, KV cache, process overhead."""
@@ -242,7 +243,7 @@ class VLLMServer:
         if pool_owner is not None:  # the guard leads the group and stops it when the run's owner is gone
             command = [sys.executable, "-P", str(Path(__file__).with_name("pool_guard.py")), str(pool_owner), "--",
                        *command]
-            env, dies_with_parent = env | POOLED_ENV, None
+            dies_with_parent = None
         with open(self.log_path, "w") as log:  # the server writes to its own copy of the file descriptor
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=env, start_new_session=True, preexec_fn=dies_with_parent,
@@ -318,8 +319,6 @@ def remove_orphaned_temp_dirs() -> list[Path]:
     return removed
 
 
-#: every server's extra variables: dev mode serves POST /reset_prefix_cache (measure_request, engine.pool)
-POOLED_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 #: numba's threading layer in a CPU server: on numba's default OpenMP layer vLLM's n-gram loop shares GNU OpenMP with
 #: torch's kernels and slowed the n-gram server's plain steps 1.40x (docs/measuring.md, "Two servers": the numbers).
 CPU_NUMBA_THREADING_LAYER = "workqueue"

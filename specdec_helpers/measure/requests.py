@@ -9,6 +9,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,26 @@ import pandas as pd
 from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import around_request
+
+
+#: After its last engine step a vLLM worker keeps polling its shared-memory queue for a second before it sleeps (the
+#: reader's busy loop in vLLM's shm_broadcast): one core at 100 %. On a small CPU that is a core the next server's
+#: prefill needs. Measured on 2 cores (cpu-coder): a request sent to one server right after another's answer took
+#: about 1 s to its first token in 8 of 32 alternations, against 0.2 s; with 1.5 s between them, in none. So a
+#: measured request on a CPU waits until every other server's worker has gone idle (:func:`wait_for_other_servers`).
+WORKER_BUSY_LOOP_S = 1.0
+_last_answer: dict[str, float] = {}  # host:port -> time.monotonic() when its last answer ended
+
+
+def wait_for_other_servers(base_url: str) -> float:
+    """Sleep until :data:`WORKER_BUSY_LOOP_S` has passed since any other server's last answer (its worker then no
+    longer holds a core); returns the seconds waited."""
+    here = urlsplit(str(base_url)).netloc
+    wait = max((t for url, t in _last_answer.items() if url != here), default=-1e9) + WORKER_BUSY_LOOP_S \
+        - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    return max(wait, 0.0)
 
 
 def decode_rate(tokens: int, seconds: float) -> float:
@@ -86,6 +107,7 @@ def stream_chat(client, model: str, messages: Sequence[dict], *, max_tokens: int
         if on_chunk is not None and (piece or chunk.usage is not None):
             on_chunk(piece, None if chunk.usage is None else chunk.usage.completion_tokens, now)
     ended = time.perf_counter()
+    _last_answer[urlsplit(str(client.base_url)).netloc] = time.monotonic()
     if usage is None:
         raise RuntimeError("The server sent no usage block; vLLM's OpenAI server should (stream_options).")
     return StreamResult(text="".join(pieces), ttft_s=(first or ended) - started, e2e_s=ended - started,
@@ -104,15 +126,14 @@ class Measurement:
     engine_prefill_s: float = float("nan")
     engine_decode_s: float = float("nan")
 
-    @property
-    def engine_decode_tokens_per_s(self) -> float:
-        return decode_rate(self.result.completion_tokens, self.engine_decode_s)
-
 
 def measure_request(server: VLLMServer, messages: Sequence[dict], cold: bool = True, **sampling: Any) -> Measurement:
     """Run one request alone on ``server`` and attribute the counter and histogram deltas to it
     (:func:`metrics.around_request`). ``cold``: the prefix cache is emptied first, so the request prefills in full as a
-    new user's prompt would, however often the server has seen it (:meth:`VLLMServer.reset_prefix_cache`)."""
+    new user's prompt would, however often the server has seen it (:meth:`VLLMServer.reset_prefix_cache`). It waits
+    first, on a CPU, until no other server's worker is still busy after its last answer (:data:`WORKER_BUSY_LOOP_S`)."""
+    if server.on_cpu:
+        wait_for_other_servers(server.base_url)
     if cold:
         server.reset_prefix_cache()
     (sent_at, result), before, after = around_request(server.base_url, lambda: (
@@ -193,9 +214,9 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
                        "prompt_id": prompt.id, "class": prompt.cls, "subcategory": prompt.subcategory,
                        "repeat": repeat, "block": block, "slot": slot, "sent_at": m.sent_at, "temperature": temperature,
                        "max_tokens": cap, "ttft_s": r.ttft_s, "e2e_s": r.e2e_s, "decode_s": r.decode_s,
-                       "mean_itl_s": r.mean_itl_s,
-                       "decode_tokens_per_s": r.decode_tokens_per_s, "engine_prefill_s": m.engine_prefill_s,
-                       "engine_decode_s": m.engine_decode_s, "engine_decode_tokens_per_s": m.engine_decode_tokens_per_s,
+                       "mean_itl_s": r.mean_itl_s, "decode_tokens_per_s": r.decode_tokens_per_s,
+                       "engine_prefill_s": m.engine_prefill_s, "engine_decode_s": m.engine_decode_s,
+                       "engine_decode_tokens_per_s": decode_rate(r.completion_tokens, m.engine_decode_s),
                        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                        "finish_reason": r.finish_reason, "text": r.text, **step_columns(r.steps)}
                 rows.append({**row, **(m.counters.as_dict() if spec else {}), **per_request_columns(r.spec_metrics)})

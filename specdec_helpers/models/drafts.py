@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from specdec_helpers.models.model_cache import MANIFEST_NAME, build_once, models_dir, read_json, sha256_of
+from specdec_helpers.models.model_cache import MANIFEST_NAME, ModelError, build_once, models_dir, read_json, sha256_of
 
 DRAFTS_DIR = Path(__file__).resolve().parents[2] / "data" / "drafts"
 TARGET = "smollm2-135m-instruct"
@@ -15,8 +15,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "generation_config.json")
 
 
-class DraftError(RuntimeError):
-    """A shipped draft could not be assembled; the message says why and what to do."""
+class DraftError(ModelError):
+    """A shipped draft could not be assembled; the message says why and what to do (a ``ModelError``: the preflight
+    reports it as a model that is not available, as it does a missing checkpoint)."""
 
 
 def known_drafts() -> dict[str, dict]:  # shipped draft keys -> their manifest entries

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,11 @@ from typing import Any
 import pandas as pd
 
 from specdec_helpers.costmodel import theory
+from specdec_helpers.models.drafts import DRAFTS_DIR
+from specdec_helpers.models.model_cache import read_json
 from specdec_helpers.report.reference import REFERENCE_DIR
-from specdec_helpers.report.runs import REPO_ROOT
 
-MANIFEST = REPO_ROOT / "data" / "drafts" / "manifest.json"
+MANIFEST = DRAFTS_DIR / "manifest.json"
 COLUMNS = ["pair", "candidate", "source", "size_ratio", "acceptance_rate", "mean_acceptance_length",
            "alpha_per_token", "c", "k", "break_even_alpha_free_verify", "measured_speedup"]
 _CANDIDATE_KEY = "candidates[candidate="
@@ -38,11 +38,7 @@ def row(pair: str, candidate: str, source: str, *, k: int, c: float | None, acce
 
 def manifest_rows(target_parameters: float | None = None, manifest: str | Path = MANIFEST) -> list[dict[str, Any]]:
     """cpu-tiny's distilled drafts as vLLM measured them (structured prompts) when they were made."""
-    path = Path(manifest)
-    if not path.is_file():
-        return []
-    data = json.loads(path.read_text())
-    rows = []
+    data, rows = read_json(Path(manifest)), []
     for name, entry in sorted(data.get("drafts", {}).items()):
         measured = entry.get("measured") or {}
         if not (cls := measured.get("structured")):
@@ -61,10 +57,7 @@ def reference_rows(exclude_profile: str, reference_dir: str | Path = REFERENCE_D
     """Notebook 04's candidates from committed reference runs of *other* profiles."""
     rows = []
     for path in sorted(Path(reference_dir).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        data = read_json(path)
         profile = data.get("profile", path.stem)
         if profile == exclude_profile:
             continue

@@ -17,11 +17,6 @@ from specdec_helpers.engine.cpu import cpu_serving_format, cpu_speed_flags, cpui
 from specdec_helpers.engine.install import vllm_install
 
 
-@lru_cache(maxsize=1)
-def cpu_name() -> str:
-    return cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
 @dataclass(frozen=True)
 class GPUInfo:
     """The first GPU this process may use: its name and memory (MiB, as nvidia-smi reports)."""
@@ -73,7 +68,8 @@ def hardware() -> str:
         return gpu
     flags = cpu_speed_flags() if is_x86() else []
     isa = f"; {' '.join(flags)}" if flags else ("; no AVX2" if is_x86() else "")
-    return f"{cpu_name()} ({usable_cpus()} cores{isa})"
+    name = cpuinfo_field("model name") or platform.processor() or platform.machine()
+    return f"{name} ({usable_cpus()} cores{isa})"
 
 
 def provenance(profile: str, target_model: str, draft_model: str | None = None, served_format: str = "auto",

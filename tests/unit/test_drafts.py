@@ -103,6 +103,11 @@ def test_provisioning_refuses_a_tampered_file(isolated_models, tmp_path, monkeyp
     with pytest.raises(drafts.DraftError, match="sha256"):
         drafts.provision_draft(key)
     assert not (isolated_models / key).exists()
+    # the preflight reports it as a model that is not available, with the reason, instead of a traceback
+    from specdec_helpers.models.resolve import resolved_model
+
+    model = resolved_model(key)
+    assert not model.available and "sha256" in model.unavailable_because
 
 
 def test_an_interrupted_build_leaves_nothing_behind(isolated_models, monkeypatch):

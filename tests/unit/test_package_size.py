@@ -6,7 +6,8 @@ about 110 lines of dead code, duplicates and guards that cannot trigger, which w
 lines, about 1,000 of them ``costmodel/rules.py``'s exported rules and the docstrings that say why; the ceiling
 below stops it growing while the owners decide on the total. It rose from 6,420 once, by the 37 lines that give
 notebooks 05 to 07 the A/A control's allowance in the physics guard (``evaluate.noise_from_04``) and keep 05's
-tables whole when the guard leaves out every pair."""
+tables whole when the guard leaves out every pair; and once more by 10, net of 14 lines cut elsewhere, for the wait
+that keeps another server's busy worker out of a measured request (``measure.requests.WORKER_BUSY_LOOP_S``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_460
+MAX_PACKAGE_LINES = 6_470
 
 
 def _lines() -> dict[str, int]:

@@ -264,3 +264,19 @@ def test_notebooks_after_04_take_its_a_a_control_from_the_same_run_and_target(tm
     assert baseline.decode_noise == pytest.approx(1.25) and baseline.ttft_noise == pytest.approx(1.3)
     assert not baseline.judge_ttft  # allowances on the bounds, not a time-to-first-token check of their own
     assert "decode 1.25x" in line and "time to first token 1.30x" in line
+
+
+def test_a_measured_request_waits_while_another_servers_worker_is_still_busy(monkeypatch):
+    """vLLM's worker keeps a core for WORKER_BUSY_LOOP_S after its last answer: a request to another server waits
+    out the rest of it, one to the same server does not, and one long after waits nothing."""
+    from specdec_helpers.measure import requests
+
+    slept: list[float] = []
+    monkeypatch.setattr(requests.time, "sleep", slept.append)
+    now = requests.time.monotonic()
+    monkeypatch.setattr(requests, "_last_answer", {"127.0.0.1:8001": now - 0.25, "127.0.0.1:8002": now - 5.0})
+    assert requests.wait_for_other_servers("http://127.0.0.1:8001") == 0.0  # the last answer was its own
+    waited = requests.wait_for_other_servers("http://127.0.0.1:8002")
+    assert slept == [waited] and requests.WORKER_BUSY_LOOP_S - 0.25 - 0.05 < waited <= requests.WORKER_BUSY_LOOP_S - 0.25
+    requests._last_answer["127.0.0.1:8001"] = now - 3.0
+    assert requests.wait_for_other_servers("http://127.0.0.1:8002") == 0.0 and len(slept) == 1
