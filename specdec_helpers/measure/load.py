@@ -15,6 +15,7 @@ import pandas as pd
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import read_spec_counters
 from specdec_helpers.measure.phases import random_token_prompt, token_arrivals
+from specdec_helpers.measure.requests import alone_on_cpu
 from specdec_helpers.stats import nearest_rank_percentile
 
 LOAD_PROMPTS_PER_CLASS = 8  # structured prompts the load test cycles through (notebook 06)
@@ -49,7 +50,7 @@ def run_concurrent(server: VLLMServer, prompts: Sequence, concurrency: int, requ
         return time.perf_counter() - started, done
 
     before = read_spec_counters(server.base_url)
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with alone_on_cpu(server), ThreadPoolExecutor(max_workers=1) as pool:
         wall_s, done = pool.submit(asyncio.run, drive()).result()
     counters = read_spec_counters(server.base_url) - before
     latencies, tokens = [lat for lat, _ in done], sum(n for _, n in done)
@@ -89,7 +90,7 @@ def decode_step_times(server: VLLMServer, batch_sizes: Iterable[int], *, window:
             raise ValueError(f"batch sizes must be >= 1, got {n}")
         start = threading.Barrier(n)
         prompts = [random_token_prompt(prompt_tokens, seed=seed + 1000 * n + i) for i in range(n)]
-        with ThreadPoolExecutor(max_workers=n) as pool:
+        with alone_on_cpu(server), ThreadPoolExecutor(max_workers=n) as pool:
             arrivals = list(pool.map(lambda p: arrivals_of(p, start), prompts))
         gaps = steady_state_gaps(arrivals, window)
         if len(gaps) < 3:

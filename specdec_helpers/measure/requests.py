@@ -5,10 +5,11 @@ number is (completion tokens - 1) / (end-to-end - TTFT), with the server's count
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -23,20 +24,26 @@ from specdec_helpers.measure.metrics import around_request
 #: reader's busy loop in vLLM's shm_broadcast): one core at 100 %. On a small CPU that is a core the next server's
 #: prefill needs. Measured on 2 cores (cpu-coder): a request sent to one server right after another's answer took
 #: about 1 s to its first token in 8 of 32 alternations, against 0.2 s; with 1.5 s between them, in none. So a
-#: measured request on a CPU waits until every other server's worker has gone idle (:func:`wait_for_other_servers`).
+#: measurement on a CPU waits until every other server's worker has gone idle (:func:`alone_on_cpu`: requests, the
+#: concurrency runs and the step timings of notebook 06).
 WORKER_BUSY_LOOP_S = 1.0
 _last_answer: dict[str, float] = {}  # host:port -> time.monotonic() when its last answer ended
 
 
-def wait_for_other_servers(base_url: str) -> float:
-    """Sleep until :data:`WORKER_BUSY_LOOP_S` has passed since any other server's last answer (its worker then no
-    longer holds a core); returns the seconds waited."""
-    here = urlsplit(str(base_url)).netloc
-    wait = max((t for url, t in _last_answer.items() if url != here), default=-1e9) + WORKER_BUSY_LOOP_S \
-        - time.monotonic()
-    if wait > 0:
+@contextlib.contextmanager
+def alone_on_cpu(server: VLLMServer) -> Iterator[float]:
+    """Around a measurement on ``server``: on a CPU, first sleep until :data:`WORKER_BUSY_LOOP_S` has passed since any
+    other server's last answer (its worker then no longer holds a core) and yield the seconds slept; at the end, note
+    when this server's own work ended."""
+    here = urlsplit(server.base_url).netloc
+    others = max((t for url, t in _last_answer.items() if url != here), default=-1e9)
+    wait = max(others + WORKER_BUSY_LOOP_S - time.monotonic(), 0.0) if server.on_cpu else 0.0
+    if wait:
         time.sleep(wait)
-    return max(wait, 0.0)
+    try:
+        yield wait
+    finally:
+        _last_answer[here] = time.monotonic()
 
 
 def decode_rate(tokens: int, seconds: float) -> float:
@@ -132,12 +139,11 @@ def measure_request(server: VLLMServer, messages: Sequence[dict], cold: bool = T
     (:func:`metrics.around_request`). ``cold``: the prefix cache is emptied first, so the request prefills in full as a
     new user's prompt would, however often the server has seen it (:meth:`VLLMServer.reset_prefix_cache`). It waits
     first, on a CPU, until no other server's worker is still busy after its last answer (:data:`WORKER_BUSY_LOOP_S`)."""
-    if server.on_cpu:
-        wait_for_other_servers(server.base_url)
-    if cold:
-        server.reset_prefix_cache()
-    (sent_at, result), before, after = around_request(server.base_url, lambda: (
-        time.time(), stream_chat(server.client(), server.served_model_name, messages, **sampling)))
+    with alone_on_cpu(server):
+        if cold:
+            server.reset_prefix_cache()
+        (sent_at, result), before, after = around_request(server.base_url, lambda: (
+            time.time(), stream_chat(server.client(), server.served_model_name, messages, **sampling)))
     finished = after.decode[1] - before.decode[1]
     engine = ((after.prefill[0] - before.prefill[0], after.decode[0] - before.decode[0]) if finished == 1
               else (float("nan"), float("nan")))  # another client's request in the window: no engine time

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specdec_helpers.costmodel.rules import DraftChoice, draft_rule
 from specdec_helpers.report.record import records_file, run_records
 
 NOTEBOOK_STEM = "04_choosing_a_draft"
@@ -47,8 +46,3 @@ def find_recommendation(run_dir: str | Path) -> tuple[dict[str, Any] | None, str
     found, where = from_notebook_04(run_dir, "recommendation")
     return (found, where) if isinstance(found, dict) else (None, where)
 
-
-def choose_draft(run_dir: str | Path, profile_draft: str, target_model: str) -> DraftChoice:
-    """04's recommended draft when this run has one that fits, else the profile's ``profile_draft`` (the rule is
-    notebook 05's, where it is read: ``rules.draft_rule``)."""
-    return draft_rule(*find_recommendation(run_dir), profile_draft, target_model)

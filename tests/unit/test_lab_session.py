@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from specdec_helpers.costmodel.rules import draft_rule
 from specdec_helpers.report import recommendation
 from specdec_helpers.report.record import keep_records_in, record, records_file
 from specdec_helpers.report.runs import RUN_DIR_ENV, resolve_run_dir
@@ -38,7 +39,7 @@ def test_a_recommendation_is_used_unless_another_session_left_it_in_runs_interac
     found, where = recommendation.find_recommendation(run_dir)
     assert (found == DRAFT) is used, where
     assert ("h ago" in where) and (("another session" in where) is not used)
-    choice = recommendation.choose_draft(run_dir, "profile-draft", "t")
+    choice = draft_rule(found, where, "profile-draft", "t")
     assert choice.draft_model == ("d" if used else "profile-draft") and choice.from_recommendation is used
 
 

@@ -335,9 +335,11 @@ def test_04_defines_coverage_as_the_summaries_compute_it():
 
 def test_05_defines_the_draft_rule_that_06_reuses():
     from specdec_helpers.costmodel import rules
-    from specdec_helpers.report import recommendation
 
-    assert recommendation.draft_rule is rules.draft_rule and recommendation.DraftChoice is rules.DraftChoice
+    for stem in ("05_structured_vs_creative", "06_context_and_concurrency"):  # both call 05's rule, no copy
+        notebook = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / f"{stem}.ipynb").read_text())
+        code = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+        assert "choice = draft_rule(*find_recommendation(run), draft_model, target_model)" in code, stem
     where = "recorded by notebook 04 in this run (x)"
     draft = {"candidate": "d-small", "method": "draft_model", "draft_model": "d-small", "target_model": "t"}
     cases = [(None, "no recommendation recorded by notebook 04 in runs/x"),

@@ -6,8 +6,9 @@ about 110 lines of dead code, duplicates and guards that cannot trigger, which w
 lines, about 1,000 of them ``costmodel/rules.py``'s exported rules and the docstrings that say why; the ceiling
 below stops it growing while the owners decide on the total. It rose from 6,420 once, by the 37 lines that give
 notebooks 05 to 07 the A/A control's allowance in the physics guard (``evaluate.noise_from_04``) and keep 05's
-tables whole when the guard leaves out every pair; and once more by 10, net of 14 lines cut elsewhere, for the wait
-that keeps another server's busy worker out of a measured request (``measure.requests.WORKER_BUSY_LOOP_S``)."""
+tables whole when the guard leaves out every pair; and once more by 10 for the wait that keeps another server's busy
+vLLM worker out of a measurement (``measure.requests.alone_on_cpu``), net of about 20 lines cut to pay for it
+(``recommendation.choose_draft``, which 06 now writes out as 05 does, and four one-caller helpers)."""
 
 from __future__ import annotations
 

@@ -267,16 +267,26 @@ def test_notebooks_after_04_take_its_a_a_control_from_the_same_run_and_target(tm
 
 
 def test_a_measured_request_waits_while_another_servers_worker_is_still_busy(monkeypatch):
-    """vLLM's worker keeps a core for WORKER_BUSY_LOOP_S after its last answer: a request to another server waits
-    out the rest of it, one to the same server does not, and one long after waits nothing."""
+    """vLLM's worker keeps a core for WORKER_BUSY_LOOP_S after its last answer: a measurement on another CPU server
+    waits out the rest of it and then notes its own end; one on the same server, one long after and one on a GPU
+    server wait nothing."""
+    from types import SimpleNamespace
+
     from specdec_helpers.measure import requests
 
     slept: list[float] = []
     monkeypatch.setattr(requests.time, "sleep", slept.append)
     now = requests.time.monotonic()
-    monkeypatch.setattr(requests, "_last_answer", {"127.0.0.1:8001": now - 0.25, "127.0.0.1:8002": now - 5.0})
-    assert requests.wait_for_other_servers("http://127.0.0.1:8001") == 0.0  # the last answer was its own
-    waited = requests.wait_for_other_servers("http://127.0.0.1:8002")
-    assert slept == [waited] and requests.WORKER_BUSY_LOOP_S - 0.25 - 0.05 < waited <= requests.WORKER_BUSY_LOOP_S - 0.25
-    requests._last_answer["127.0.0.1:8001"] = now - 3.0
-    assert requests.wait_for_other_servers("http://127.0.0.1:8002") == 0.0 and len(slept) == 1
+    monkeypatch.setattr(requests, "_last_answer", {"127.0.0.1:8002": now - 5.0})
+
+    def measure(port: int, on_cpu: bool = True) -> float:
+        with requests.alone_on_cpu(SimpleNamespace(on_cpu=on_cpu, base_url=f"http://127.0.0.1:{port}")) as waited:
+            return waited
+
+    assert measure(8001) == 0.0 and not slept  # the other server answered long ago
+    waited = measure(8002)  # 8001's worker has just finished: wait out its busy loop
+    assert slept == [waited] and requests.WORKER_BUSY_LOOP_S - 0.05 < waited <= requests.WORKER_BUSY_LOOP_S
+    assert requests._last_answer["127.0.0.1:8002"] >= now  # noted: the next measurement elsewhere waits for it
+    assert measure(8001, on_cpu=False) == 0.0 and len(slept) == 1  # a GPU server's host has cores to spare
+    requests._last_answer = {"127.0.0.1:8001": requests.time.monotonic()}
+    assert measure(8001) == 0.0 and len(slept) == 1  # the last answer was its own

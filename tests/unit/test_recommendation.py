@@ -7,6 +7,7 @@ import json
 import nbformat
 import pytest
 
+from specdec_helpers.costmodel.rules import draft_rule
 from specdec_helpers.report import recommendation
 from specdec_helpers.report.record import keep_records_in, record, records_file, run_records
 
@@ -16,8 +17,12 @@ def _record_as_04(run_dir, value):
     record("recommendation", value)
 
 
+def choose_draft(run_dir, profile_draft, target_model):  # as notebooks 05 and 06 call the rule
+    return draft_rule(*recommendation.find_recommendation(run_dir), profile_draft, target_model)
+
+
 def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):
-    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    choice = choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-a" and not choice.from_recommendation
     assert "profile's draft" in choice.reason
 
@@ -25,7 +30,7 @@ def test_choose_draft_without_a_recommendation_uses_the_profile_draft(tmp_path):
 def test_choose_draft_uses_a_recorded_draft_model_recommendation(tmp_path):
     _record_as_04(tmp_path, {"candidate": "draft-b", "method": "draft_model", "draft_model": "draft-b",
                              "target_model": "target"})
-    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    choice = choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-b" and choice.from_recommendation
     assert "instead of the profile's" in choice.reason
 
@@ -45,7 +50,7 @@ def test_choose_draft_uses_a_recorded_draft_model_recommendation(tmp_path):
      "measured for target")])
 def test_choose_draft_takes_the_profile_draft_for_every_outcome_without_a_draft_model(tmp_path, saved, why):
     _record_as_04(tmp_path, saved)
-    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    choice = choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-a" and not choice.from_recommendation and why in choice.reason
 
 
@@ -53,7 +58,7 @@ def test_a_04_that_died_mid_write_leaves_05_the_profile_draft(tmp_path):
     path = records_file(tmp_path, "04_choosing_a_draft")
     path.parent.mkdir()
     path.write_text('{"records": {"recommendation": {"cand')
-    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    choice = choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-a" and "cannot be read" in choice.reason
 
 
@@ -77,7 +82,7 @@ def test_an_executed_notebook_is_read_when_there_is_no_records_file(tmp_path):
     nb.cells = [cell]
     (tmp_path / "notebooks").mkdir()
     nbformat.write(nb, tmp_path / "notebooks" / "04_choosing_a_draft.ipynb")
-    choice = recommendation.choose_draft(tmp_path, "draft-a", "target")
+    choice = choose_draft(tmp_path, "draft-a", "target")
     assert choice.draft_model == "draft-c" and "recorded by notebook 04" in choice.reason
 
 
