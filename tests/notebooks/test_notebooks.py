@@ -361,9 +361,19 @@ def check_06(r: dict, run_dir: Path) -> None:
     sizes = {int(k): v for k, v in r["context_prompt_tokens"].items()}
     assert set(sizes) == set(params["context_lengths"])
     assert all(0.8 * asked <= got <= min(asked, room) for asked, got in sizes.items())
-    for key in ("context_speedups", "ngram_context_speedups"):  # the draft model and n-gram lookup
+    import pandas as pd
+
+    # a length is missing from a method's record only when the physics guard left out every pair there (a smoke
+    # run of cpu-tiny measured n-gram's prefill of 1,528 tokens 20 % faster than the baseline's, so all three
+    # pairs beat the end-to-end bound; tests/unit/test_06_flagged_lengths.py runs the cells after that outcome)
+    pairs = pd.read_csv(run_dir / "results" / "06_context_pairs.csv")
+    for key, server in (("context_speedups", "draft"), ("ngram_context_speedups", "ngram")):
         ctx = {int(k): v for k, v in r[key].items()}
-        assert set(ctx) == set(sizes)
+        mine = pairs[pairs["server"] == server]
+        all_flagged = {int(n) for n, g in mine.groupby("asked_tokens") if g["flagged"].all()}
+        assert set(ctx) == set(sizes) - all_flagged, (key, all_flagged)
+        if len(ctx) < 2:
+            continue
         short, long = ctx[min(ctx)], ctx[max(ctx)]
         assert long["prefill_share"] > short["prefill_share"]  # prefill grows with the prompt
         assert all(v["decode_speedup"] > 0 and v["end_to_end_speedup"] > 0 for v in ctx.values())
@@ -373,7 +383,6 @@ def check_06(r: dict, run_dir: Path) -> None:
     assert r["servers_together"] == (up >= 2)
     assert r["comparison_design"].startswith({3: "the baseline and both speculative servers up at once",
                                               2: "the baseline up next to", 1: "one server at a time"}[up])
-    import pandas as pd
 
     context = pd.read_csv(run_dir / "results" / "06_context.csv")
     per_length = context[context["server"] != "baseline"].groupby(["server", "subcategory"]).size()
@@ -426,14 +435,19 @@ def check_06(r: dict, run_dir: Path) -> None:
         for n, predicted in p["predicted"].items():
             # leave one out: c_pre for a length is the median TTFT ratio of the OTHER lengths, minus 1
             others = [v for m, v in p["ttft_ratio"].items() if m != n]
-            assert p["c_prefill"][n] == pytest.approx(statistics.median(others) - 1, abs=2e-3)
             row = speedups[n]
+            if not others:  # the only length left (the guard left out every pair at the others): no c_pre
+                assert p["c_prefill"][n] is None and predicted is None
+                continue
+            assert p["c_prefill"][n] == pytest.approx(statistics.median(others) - 1, abs=2e-3)
             assert predicted == pytest.approx(theory.end_to_end_speedup(
                 row["prefill_share"], row["decode_speedup"], max(p["c_prefill"][n], -0.99)), abs=5e-3)
             assert p["measured"][n] == pytest.approx(row["end_to_end_speedup"], abs=1e-3)
-    longest = str(max(int(n) for n in prefill["draft"]["measured"]))
-    best = max(("draft", "ngram"), key=lambda s_: prefill[s_]["measured"][longest])
-    assert r["best_method_at_longest_prompt"] == (best if prefill[best]["measured"][longest] > 1 + min_gain else "none")
+    longest = str(max(int(n) for n in params["context_lengths"]))
+    compared = [s_ for s_ in ("draft", "ngram") if longest in prefill[s_]["measured"]]  # the guard kept a pair
+    best = max(compared, key=lambda s_: prefill[s_]["measured"][longest], default=None)
+    assert r["best_method_at_longest_prompt"] == (
+        best if best and prefill[best]["measured"][longest] > 1 + min_gain else "none")
     # section 4: the batch-size schedule follows the notebook's rule from this run's numbers (the crossover,
     # else the cost model), vLLM gets it as ranges, and where the schedule steps aside its throughput at the
     # highest concurrency is not below static k's (a tenth of slack: one measurement of a few requests)
