@@ -94,12 +94,6 @@ class ServerPair:
                               "compared": self.comparison(self.own_cores)} for name, m in measured.items()])
 
 
-def demo_panel(pair: ServerPair, prompts_by_tab: dict[str, list], default_temperature: dict[str, float],
-               max_tokens: int = 128):
-    """Prompt tabs, sampling controls and one button; both answers stream side by side (``ArenaPanel``)."""
-    return ArenaPanel(pair, prompts_by_tab, default_temperature, max_tokens).widget
-
-
 @dataclass
 class LiveAnswer:
     """One server's answer while it streams, and its numbers once done (what a pane shows)."""

@@ -46,12 +46,12 @@ def profile_requests(params: dict[str, Any]) -> list[Request]:
     if max_tokens:
         requests.append(Request(f"{ITL_PROMPT_TOKENS}-token prompt + max_tokens (decode timing)",
                                 [0] * ITL_PROMPT_TOKENS, max_tokens, group="decode timing", parameter="fixed"))
-    ks = params.get("verify_ks") or []
-    if ks:
-        requests.append(Request(f"{VERIFY_BASE_TOKENS} cached + {max(ks)} new tokens (verify cost)",
-                                [0] * (VERIFY_BASE_TOKENS + max(ks)), 1, group="verify cost (verify_ks)",
-                                parameter="verify_ks",
-                                largest=lambda room: f"the largest k that fits is {room - VERIFY_BASE_TOKENS:,}"))
+    ns = params.get("verify_ns") or []
+    if ns:
+        requests.append(Request(f"{VERIFY_BASE_TOKENS} cached + {max(ns)} new tokens (verify cost)",
+                                [0] * (VERIFY_BASE_TOKENS + max(ns)), 1, group="verify cost (verify_ns)",
+                                parameter="verify_ns",
+                                largest=lambda room: f"the largest n that fits is {room - VERIFY_BASE_TOKENS:,}"))
     return requests
 
 

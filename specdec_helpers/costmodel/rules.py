@@ -290,7 +290,7 @@ def measured_gain(best, rule, min_gain):
     measured = interval_text(best["measured_speedup"], low, best["speedup_ci_high"], best.get("n_pairs", 0),
                              best.get("speedup_min", math.nan), best.get("speedup_max", math.nan))
     return clear, f"Measured end-to-end speedup {measured}; " + (
-        "clearly above 1." if clear else
+        f"clearly above 1 + {min_gain:.0%}." if clear else
         f"not clearly above 1 + {min_gain:.0%}." if math.isfinite(low) else "so no verdict from it.")
 
 
@@ -302,7 +302,7 @@ def why_it_pays(best):
     partial = coverage == coverage and coverage < 0.995  # a lookup drafts only where the text repeats
     return (f"Acceptance {best['acceptance_rate']:.0%} (mean {best['mean_acceptance_length']:.2f} tokens per target "
             f"pass), draft cost c = {best['c']:.2f} of a target step, verifying k = {best['k']} drafted tokens costs "
-            f"{best['verify_cost_k_plus_1']:.2f} steps"
+            f"v({best['k'] + 1}) = {best['verify_cost_k_plus_1']:.2f} decode steps (the value its pairs were judged with)"
             + (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
                if partial else "")
             + f": the cost model predicts {best['predicted_decode_speedup']:.2f}x decode speed (measured "

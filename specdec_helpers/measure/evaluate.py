@@ -47,12 +47,12 @@ class Baseline:
     judge_ttft: bool = False
 
 
-def measure_baseline(server: VLLMServer, *, verify_ks: Sequence[int], k: int, time_step: bool = True) -> Baseline:
+def measure_baseline(server: VLLMServer, *, verify_ns: Sequence[int], k: int, time_step: bool = True) -> Baseline:
     """On the running baseline ``server``: its decode step (``time_step``: c's denominator; the physics guard alone
-    does not need it) and v(n) for every n of ``verify_ks`` and for n = k + 1, the pass that checks k drafts
+    does not need it) and v(n) for every n of ``verify_ns`` and for n = k + 1, the pass that checks k drafts
     (measured, not interpolated: the guard and c divide by it)."""
     step_s = decode_step_seconds(server) if time_step else math.nan
-    summary = timed_verify_summary(server, sorted({*map(int, verify_ks), int(k) + 1}))
+    summary = timed_verify_summary(server, sorted({*map(int, verify_ns), int(k) + 1}))
     return Baseline(server=server, step_s=step_s, verify_summary=summary,
                     verify=theory.VerifyCost({int(n): float(v) for n, v in summary["v"].items()}),
                     verify_low=theory.VerifyCost({int(n): float(v) for n, v in summary["ci_low"].items()}))
@@ -134,12 +134,12 @@ def learns_in_server(server: VLLMServer) -> bool:
 VERIFY_NEXT_TO_PAIRS_ROUNDS = 5
 
 
-def timed_verify_summary(server: VLLMServer, ks: Sequence[int], attempts: int = 3, **timing: Any) -> pd.DataFrame:
-    """``phases.summarize_verify_cost`` of v(n) for every n of ``ks`` on the running ``server``, timed again (up to
+def timed_verify_summary(server: VLLMServer, ns: Sequence[int], attempts: int = 3, **timing: Any) -> pd.DataFrame:
+    """``phases.summarize_verify_cost`` of v(n) for every n of ``ns`` on the running ``server``, timed again (up to
     ``attempts`` times in all) when a burst of other work made a pass look cheaper than nothing: on a busy 2-core
     machine that happens now and then, and one retimed round costs seconds where a failed notebook costs its run."""
     def timed() -> pd.DataFrame:
-        return phases.summarize_verify_cost(phases.verify_cost(server, ks=ks, **timing))  # it adds the ratios itself
+        return phases.summarize_verify_cost(phases.verify_cost(server, ns=ns, **timing))  # it adds the ratios itself
 
     for _ in range(attempts - 1):
         try:
@@ -210,10 +210,10 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
     prefill = pairs["baseline_ttft_s"]
     decode_s = (pairs["baseline_e2e_s"] - prefill).clip(lower=0)
     e2e_bound = (prefill + decode_s) / (prefill / ttft_noise + decode_s / bound)
-    ttft_ratio = pairs["baseline_ttft_s"] / pairs["ttft_s"]
+    ttft_speedup = pairs["baseline_ttft_s"] / pairs["ttft_s"]  # above 1: the candidate answered first sooner
     over_decode, over_e2e = decode_speedup > bound, speedup > e2e_bound
     judged = baseline.judge_ttft and np.isfinite(baseline.ttft_noise)
-    over_ttft = ttft_ratio > baseline.ttft_noise if judged else False
+    over_ttft = ttft_speedup > baseline.ttft_noise if judged else False
     return pd.DataFrame({
         "candidate": pairs["server"], "k": k, "prompt_id": pairs["prompt_id"], "class": pairs["class"],
         "repeat": pairs["repeat"], "temperature": pairs["temperature"],
@@ -222,7 +222,7 @@ def pair_table(rows: pd.DataFrame, baseline: Baseline, k: int) -> pd.DataFrame:
         "plain_step_ratio": u.where(u_pair.groupby(pairs["server"]).transform("count") > 0),
         "verify_k_plus_1": v, "c_in_server": c, "decode_speedup": decode_speedup,
         "decode_speedup_client": pairs["decode_tokens_per_s"] / pairs["baseline_decode_tokens_per_s"],
-        "speedup": speedup, "ttft_ratio": ttft_ratio,
+        "speedup": speedup, "ttft_speedup": ttft_speedup,
         "baseline_e2e_s": pairs["baseline_e2e_s"], "e2e_s": pairs["e2e_s"], "decode_bound": bound,
         "e2e_bound": e2e_bound, "flagged": over_decode | over_e2e | over_ttft,
         "flag_reason": np.where(over_decode, "decode above bound", np.where(
@@ -282,7 +282,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "n_flagged": int(len(flagged)),
             "flagged": [f"{r.prompt_id}: {r.decode_speedup:.2f}x decode (bound {r.decode_bound:.2f}x), "
                         f"{r.speedup:.2f}x end to end (bound {r.e2e_bound:.2f}x), "
-                        f"time to first token {r.ttft_ratio:.2f}x"
+                        f"time to first token {r.ttft_speedup:.2f}x"
                         for r in flagged.itertuples()],
             "method": str(spec["method"].iloc[0]) if "method" in spec and len(spec) else "",
             # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
@@ -290,7 +290,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
             "time_per_step": float(table["step_ratio"].median()),
             "plain_step_ratio": float(table["plain_step_ratio_pair"].median()),
             "plain_step_ratio_n": int(table["plain_step_ratio_pair"].notna().sum()),
-            "ttft_ratio": float(table["ttft_ratio"].median()), "verify_next_to_pairs": verify_next,
+            "ttft_speedup": float(table["ttft_speedup"].median()), "verify_next_to_pairs": verify_next,
             "design": str(rows["design"].iloc[0]) if "design" in rows and len(rows) else "",
             "drift": sandwich_drift(rows) if "design" in rows else math.nan,
             "best_k": best_k, "predicted_speedup_at_best_k": best_pred}
@@ -322,7 +322,7 @@ def aa_control(baseline: Baseline, prompts: Sequence, *, max_tokens: int, proven
                           max_tokens=max_tokens, provenance=provenance)
     table = pair_table(rows, replace(baseline, ttft_noise=math.nan, decode_noise=math.nan, judge_ttft=False), 1)
     ratios = {"decode (engine)": table["decode_speedup"], "end to end": table["speedup"],
-              "time to first token": table["ttft_ratio"], "one-token step": table["plain_step_ratio_pair"]}
+              "time to first token": table["ttft_speedup"], "one-token step": table["plain_step_ratio_pair"]}
     summary = []
     for what, values in ratios.items():
         values = values.dropna()

@@ -77,16 +77,16 @@ def engine_timed_completion(server: VLLMServer, prompt_ids: list[int], max_token
             "wall_s": wall}
 
 
-def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
+def verify_cost(server: VLLMServer, ns: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
                 base_tokens: int = VERIFY_BASE_TOKENS, repeats: int = VERIFY_REPEATS, seed: int = 7) -> pd.DataFrame:
     """Passes over n new tokens on a cached prefix (a verify pass's shape; n = 1 always) and decode steps, in rounds
-    of every n (a slow moment hits all alike). Columns: k (n), repeat, engine_s, seconds (client's), decode_step_s."""
+    of every n (a slow moment hits all alike). Columns: n, repeat, engine_s, seconds (client's), decode_step_s."""
     block = KV_BLOCK_TOKENS[server.install.platform]
     if base_tokens % block:
         raise ValueError(f"base_tokens must be a multiple of {block} (a KV block here) so the whole prefix is cached")
     if repeats < 3:
         raise ValueError(f"repeats must be at least 3 for a median and an interval, got {repeats}")
-    ns = sorted({1, *(int(k) for k in ks)})
+    ns = sorted({1, *(int(n) for n in ns)})
     base = random_token_prompt(base_tokens, seed=seed)
     time_completion(server, base)  # fills the prefix cache
     engine_timed_completion(server, base + random_token_prompt(max(ns), seed=seed - 1))  # warms the largest shape
@@ -98,7 +98,7 @@ def verify_cost(server: VLLMServer, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
         step = timed["decode_s"] / (DECODE_STEP_TOKENS - 1)
         for n in ns:
             timed = engine_timed_completion(server, base + random_token_prompt(n, seed=seed + 100 * repeat + n + 1))
-            rows.append({"k": n, "repeat": repeat, "engine_s": timed["prefill_s"], "seconds": timed["wall_s"],
+            rows.append({"n": n, "repeat": repeat, "engine_s": timed["prefill_s"], "seconds": timed["wall_s"],
                          "decode_step_s": step})
     return pd.DataFrame(rows)
 
@@ -111,7 +111,7 @@ def _v_of_rounds(passes: np.ndarray, ones: np.ndarray, steps: np.ndarray, axis: 
 def add_verify_ratio(df: pd.DataFrame) -> pd.DataFrame:
     """``ratio`` = 1 + (engine time of this pass - median 1-position pass) / median decode step (subtracting the
     1-position pass cancels a new request's scheduling and prefix lookup)."""
-    one = df.loc[df["k"] == 1, "engine_s"].median()
+    one = df.loc[df["n"] == 1, "engine_s"].median()
     step = df["decode_step_s"].median()
     if not (one > 0 and step > 0):
         raise ValueError("the verify table needs timed 1-position passes and decode steps")
@@ -122,7 +122,7 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
                           seed: int = 0) -> pd.DataFrame:
     """Per n: v over all rounds, single passes' quartiles and a BCa interval over whole rounds (so the decode step's
     uncertainty is in it). v <= 0 is a broken run."""
-    wide = df.pivot(index="repeat", columns="k", values="engine_s").sort_index(axis=1)
+    wide = df.pivot(index="repeat", columns="n", values="engine_s").sort_index(axis=1)
     steps = df.groupby("repeat")["decode_step_s"].first().reindex(wide.index).to_numpy(dtype=float)
     passes = wide.to_numpy(dtype=float)
     if wide.columns[0] != 1 or np.isnan(passes).any() or np.isnan(steps).any() or len(wide) < 3:
@@ -138,10 +138,10 @@ def summarize_verify_cost(df: pd.DataFrame, confidence: float = 0.95, n_resample
         raise ValueError(f"measured a pass cheaper than nothing (v = {np.round(point, 3).tolist()}, 95% interval "
                          f"from {np.round(low, 3).tolist()}): the machine was too busy while v(n) was timed. "
                          "Close other programs and rerun the cell.")
-    ratios = add_verify_ratio(df).groupby("k")["ratio"]
+    ratios = add_verify_ratio(df).groupby("n")["ratio"]
     return pd.DataFrame({"v": point, "q25": ratios.quantile(0.25).to_numpy(), "q75": ratios.quantile(0.75).to_numpy(),
                          "ci_low": np.minimum(low, point), "ci_high": np.maximum(high, point),
-                         "n": len(wide)}, index=pd.Index([int(n) for n in wide.columns], name="k"))
+                         "rounds": len(wide)}, index=pd.Index([int(n) for n in wide.columns], name="n"))
 
 
 def copy_bandwidth_gb_s(megabytes: int = 256, repeats: int = 5, threads: int | None = None) -> float:

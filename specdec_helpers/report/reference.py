@@ -33,14 +33,15 @@ class ReferenceError(ValueError):
 
 @dataclass(frozen=True)
 class KeyNumber:
-    """One number to compare; ``tolerance`` is absolute unless ``relative``. ``decision``: a speedup, whose verdict
-    side is compared before its closeness. ``scope``: "any" CPU, the same CPU "class" only (format-dependent), or
-    "machine" (an absolute speed or time: shown, never judged)."""
+    """One number to compare: ``tolerance`` absolute unless ``relative``, never below ``floor`` (a relative band
+    around a value near 0, such as a lookup's c, calls noise a difference). ``decision``: a speedup, its verdict side
+    compared first. ``scope``: "any" CPU, the same CPU "class" (format-dependent), or "machine" (never judged)."""
 
     path: str
     check: str
     tolerance: float = 0.0
     relative: bool = False
+    floor: float = 0.0
     decision: bool = False
     scope: str = "any"
 
@@ -112,11 +113,12 @@ def compare(spec: KeyNumber, yours: Any, reference: Any, found: bool,
             side = f"same side of 1 + min_gain ({mine}); "
             if not same_class:
                 return False, f"{side}the size of a speedup is not compared across CPU classes"
-        allowed = abs(reference) * spec.tolerance if spec.relative else spec.tolerance
+        allowed = max(abs(reference) * spec.tolerance if spec.relative else spec.tolerance, spec.floor)
         if abs(yours - reference) <= allowed + 1e-12:
             return False, f"{side}within the noise"
         direction = "higher" if yours > reference else "lower"
         tolerance = f"±{spec.tolerance:.0%}" if spec.relative else f"±{spec.tolerance:g}"
+        tolerance += f", at least ±{spec.floor:g}" if spec.floor else ""
         return True, f"{side}outside ({direction} than reference {tolerance}): check {spec.check}"
     if yours == reference:
         return False, "same as the reference"

@@ -119,7 +119,7 @@ def test_paired_requests_alternate_in_time_and_c_follows_from_the_recorded_steps
     assert list(in_time["server"]) == ["baseline", "ngram", "ngram", "baseline"] * 2  # ABBA
     assert rows["engine_decode_s"].notna().all() and (rows["engine_decode_s"] > 0).all()
 
-    summary = phases.summarize_verify_cost(phases.verify_cost(baseline_server, ks=(K + 1,), repeats=3))
+    summary = phases.summarize_verify_cost(phases.verify_cost(baseline_server, ns=(K + 1,), repeats=3))
     base = evaluate.Baseline(server=baseline_server, step_s=float("nan"), verify_summary=summary,
                              verify=theory.VerifyCost(summary["v"].to_dict()),
                              verify_low=theory.VerifyCost(summary["ci_low"].to_dict()))

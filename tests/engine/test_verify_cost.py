@@ -25,9 +25,9 @@ KS = [1, 2, 8]
 def _check_verify_table(server: VLLMServer, repeats: int = 5, attempts: int = 3) -> None:
     for attempt in range(1, attempts + 1):
         before = metrics.read_snapshot(server.base_url).prefill[1]
-        table = phases.add_verify_ratio(phases.verify_cost(server, ks=KS[1:], repeats=repeats))
+        table = phases.add_verify_ratio(phases.verify_cost(server, ns=KS[1:], repeats=repeats))
         after = metrics.read_snapshot(server.base_url).prefill[1]
-        assert sorted(table["k"].unique()) == KS  # n = 1, the unit, is always measured
+        assert sorted(table["n"].unique()) == KS  # n = 1, the unit, is always measured
         assert len(table) == repeats * len(KS)
         # one observation per request: every round's decode request and passes, the prefix fill, the warm-up
         assert after - before == len(table) + repeats + 2
@@ -39,13 +39,13 @@ def _check_verify_table(server: VLLMServer, repeats: int = 5, attempts: int = 3)
         except ValueError:
             if attempt == attempts:
                 raise
-    assert list(summary.index) == KS and (summary["n"] == repeats).all()
+    assert list(summary.index) == KS and (summary["rounds"] == repeats).all()
     assert summary.loc[1, "v"] == 1.0 and (summary["v"] > 0).all() and (summary["ci_low"] > 0).all()
     with pytest.raises(ValueError, match="at least 3"):
-        phases.verify_cost(server, ks=KS, repeats=2)
+        phases.verify_cost(server, ns=KS, repeats=2)
     broken = table.copy()  # a pass far faster than nothing is a broken measurement, not a cost
-    broken.loc[broken["k"] == 8, "engine_s"] = 1e-6
-    broken.loc[broken["k"] == 1, "engine_s"] += 10 * broken["decode_step_s"].median()
+    broken.loc[broken["n"] == 8, "engine_s"] = 1e-6
+    broken.loc[broken["n"] == 1, "engine_s"] += 10 * broken["decode_step_s"].median()
     with pytest.raises(ValueError, match="too busy"):
         phases.summarize_verify_cost(broken)
 

@@ -13,21 +13,28 @@ import pandas as pd
 import pytest
 
 from specdec_helpers.costmodel import theory
+from specdec_helpers.costmodel.rules import measured_reliably
 from specdec_helpers.costmodel.verdict import decision_side
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_context_and_concurrency.ipynb"
 CELLS = ("c07", "c06pre", "c06pre-rec", "c06pre-best")
 
 
-def _run_cells(rows: dict[tuple[str, int], list[float]]) -> dict:
+def _run_cells(rows: dict[tuple[str, int], list[float]], flagged: dict[tuple[str, int], int] | None = None) -> dict:
+    """``rows``: each (server, length) with pairs kept (one each); ``flagged``: how many pairs the guard left out."""
     cells = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
     index = pd.MultiIndex.from_tuples(sorted(rows), names=["server", "asked_tokens"])
+    flagged = flagged or {}
+    ctx = pd.DataFrame([{"server": s, "asked_tokens": n, "flagged": False} for s, n in rows]
+                       + [{"server": s, "asked_tokens": n, "flagged": True} for (s, n), m in flagged.items()
+                          for _ in range(m)], columns=["server", "asked_tokens", "flagged"])
     by_len = pd.DataFrame([rows[key] for key in sorted(rows)], index=index,
                           columns=["prompt_tokens", "decode_speedup", "end_to_end_speedup", "prefill_share",
                                    "ttft_ratio"]).assign(coverage=1.0, acceptance_rate=0.5)
     context = pd.DataFrame({"server": ["baseline", "draft", "ngram"], "answer_found": [True, True, False]})
     namespace = {"context": context, "np": np, "pd": pd, "theory": theory, "decision_side": decision_side, "min_gain": 0.1,
-                 "by_len": by_len, "labels": {"draft": "the draft model", "ngram": "n-gram lookup"}}
+                 "by_len": by_len, "labels": {"draft": "the draft model", "ngram": "n-gram lookup"}, "ctx": ctx,
+                 "measured_reliably": measured_reliably}
     for cell in CELLS:
         exec(compile(cells[cell], f"06:{cell}", "exec"), namespace)
     return namespace
@@ -48,6 +55,19 @@ def test_a_server_without_a_kept_pair_at_the_longest_prompt_is_not_picked_there(
                      ("ngram", 256): [235, 3.0, ngram_e2e, 0.20, 1.01]})
     assert ns["best_long"] == "draft" and not ns["best_pays"]
     assert "it does not pay" in ns["longest_finding"] and "Not compared: n-gram lookup" in ns["longest_finding"]
+
+
+def test_a_server_whose_pairs_at_the_longest_prompt_were_mostly_left_out_is_not_picked_there():
+    """A run kept one n-gram pair of three at 1,536 tokens and named n-gram the best method there on it: a method is
+    compared at the longest prompt only where its pairs pass 04's rule (more kept than left out)."""
+    rows = {("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("draft", 1536): [1532, 1.50, 0.83, 0.74, 1.40],
+            ("ngram", 256): [235, 3.0, 2.2, 0.20, 1.01], ("ngram", 1536): [1532, 3.5, 1.17, 0.74, 1.03]}
+    mostly_left_out = _run_cells(rows, flagged={("ngram", 1536): 2})
+    assert mostly_left_out["best_long"] == "draft" and not mostly_left_out["best_pays"]
+    assert "Not compared: n-gram lookup" in mostly_left_out["longest_finding"]
+    one_left_out = _run_cells(rows, flagged={("ngram", 1536): 1, ("draft", 1536): 1})  # 1 kept, 1 out: not more
+    assert one_left_out["best_long"] is None and "nothing measured reliably" in one_left_out["longest_finding"]
+    assert _run_cells(rows)["best_long"] == "ngram"
 
 
 def test_a_server_without_any_kept_pair_is_left_out_of_the_prefill_model():

@@ -8,7 +8,9 @@ below stops it growing while the owners decide on the total. It rose from 6,420 
 notebooks 05 to 07 the A/A control's allowance in the physics guard (``evaluate.noise_from_04``) and keep 05's
 tables whole when the guard leaves out every pair; and once more by 10 for the wait that keeps another server's busy
 vLLM worker out of a measurement (``measure.requests.alone_on_cpu``), net of about 20 lines cut to pay for it
-(``recommendation.choose_draft``, which 06 now writes out as 05 does, and four one-caller helpers)."""
+(``recommendation.choose_draft``, which 06 now writes out as 05 does, and four one-caller helpers). It fell to
+6,465 when ``demo.demo_panel`` went (the notebooks build ``ArenaPanel`` themselves), net of the reference
+comparison's absolute floor for values near 0."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_470
+MAX_PACKAGE_LINES = 6_465
 
 
 def _lines() -> dict[str, int]:

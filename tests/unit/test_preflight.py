@@ -349,7 +349,7 @@ def test_make_preflight_plans_the_served_format_it_is_asked_for(capsys, forced, 
 # Every notebook parameter that sizes a request is either checked by `make preflight` (tools.preflight's
 # profile_requests) or named here with why the preflight need not check it: a new one fails the test below.
 SIZES_CHECKED = {"max_tokens": 100_000, "prompt_lengths": [100_000], "context_lengths": [100_000],
-                 "context_answer_tokens": 100_000, "verify_ks": [100_000]}
+                 "context_answer_tokens": 100_000, "verify_ns": [100_000]}
 SIZES_NOT_SENT = {
     "num_speculative_tokens": "drafts live in the KV cache planned for max_model_len; no prompt grows with k",
     "repeats": "the same requests again",

@@ -250,6 +250,15 @@ def test_a_speedup_on_the_other_side_of_one_reads_as_the_other_side_before_close
     assert compare(plain, 0.87, 1.10, True) == (False, "within the noise")
 
 
+def test_a_value_near_zero_is_judged_by_the_absolute_floor_not_by_its_relative_band():
+    """A lookup's c of 0.0 against a reference of 0.01 read "outside (lower than reference ±35%)": its noise."""
+    c = ref.KeyNumber("candidates[candidate=*]/c", "the load", tolerance=0.35, relative=True, floor=0.1)
+    assert ref.compare(c, 0.0, 0.00995, True) == (False, "within the noise")
+    outside, reading = ref.compare(c, 0.2, 0.05, True)
+    assert outside is True and "higher than reference ±35%, at least ±0.1" in reading
+    assert ref.compare(c, 0.40, 0.30, True)[0] is False and ref.compare(c, 0.45, 0.30, True)[0] is True
+
+
 def test_a_cpu_run_is_compared_with_its_own_class_and_told_when_there_is_none(tmp_path: Path):
     """References travel by CPU class: a run compares with <profile>-<class>.json, falls back to another class
     with a warning, compares speedups across classes by their side only, and never judges absolute speeds."""

@@ -99,7 +99,7 @@ def test_the_verify_cost_interval_is_a_paired_bca_over_whole_rounds():
             step = 0.1 * rng.lognormal(0, 0.05)
             for n in (1, 2, 8):
                 base = 0.05 + 0.1 * (1 + 0.1 * (n - 1))
-                rows.append({"k": n, "repeat": repeat, "engine_s": base * rng.lognormal(0, 0.05),
+                rows.append({"n": n, "repeat": repeat, "engine_s": base * rng.lognormal(0, 0.05),
                              "decode_step_s": step})
         return pd.DataFrame(rows)
 
