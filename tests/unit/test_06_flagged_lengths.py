@@ -70,6 +70,13 @@ def test_a_server_whose_pairs_at_the_longest_prompt_were_mostly_left_out_is_not_
     assert _run_cells(rows)["best_long"] == "ngram"
 
 
+def test_every_pair_left_out_at_the_longest_prompt_reads_as_nothing_measured_there_not_a_shorter_length():
+    rows = {("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("ngram", 256): [235, 3.0, 2.2, 0.20, 1.01]}
+    ns = _run_cells(rows, flagged={("draft", 1536): 3, ("ngram", 1536): 3})
+    assert ns["best_long"] is None and not ns["best_pays"]
+    assert ns["longest_finding"].startswith("At the longest prompt, nothing measured reliably")
+
+
 def test_a_server_without_any_kept_pair_is_left_out_of_the_prefill_model():
     ns = _run_cells({("draft", 256): [235, 1.80, 1.23, 0.21, 1.56], ("draft", 1536): [1532, 1.50, 0.83, 0.74, 1.40]})
     assert set(ns["prefill_model"]["server"]) == {"draft"} and set(ns["c_pre_by_server"]) == {"draft"}

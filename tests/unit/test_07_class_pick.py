@@ -1,7 +1,9 @@
-"""Notebook 07's per-class verdicts (cell e01) pick, among the candidates measured reliably, one with an interval
-before one without: in a real run suffix decoding kept 7 structured pairs (a median of 1.27x, no interval) and the
-0.5B draft 8 (1.21x, 95% interval 1.12-1.51x); picking by the median alone told the user not to enable speculation
-for structured prompts that the draft measurably speeds up. The cell runs as the notebook holds it; no servers."""
+"""Notebook 07's per-class verdicts (cell e01) pick, among the candidates measured reliably, one whose interval
+clears 1 + min_gain before the fastest median: in a real run suffix decoding kept 7 structured pairs (a median of
+1.27x, no interval) and the 0.5B draft 8 (1.21x, 95% interval 1.12-1.51x); picking by the median alone told the user
+not to enable speculation for structured prompts that the draft measurably speeds up. Where nothing clears it, the
+fastest median is named: another run's creative verdict named the draft at 0.71x (with an interval) while suffix
+measured 1.08x on 7 pairs. The cell runs as the notebook holds it; no servers."""
 
 from __future__ import annotations
 
@@ -44,6 +46,17 @@ def test_a_class_is_judged_on_a_candidate_with_an_interval_before_a_faster_media
                                 _row("draft", "creative", 8, 0.60, 0.52, 0.76)])
     assert verdicts["structured"].candidate == "draft" and verdicts["structured"].enable
     assert verdicts["creative"].candidate == "suffix" and not verdicts["creative"].enable
+
+
+def test_where_no_interval_clears_the_gain_the_fastest_median_is_named_and_not_enabled():
+    nan = math.nan
+    verdicts = _class_verdicts([_row("suffix", "structured", 8, 1.27, 1.09, 1.68),
+                                _row("draft", "structured", 8, 1.49, 1.22, 1.68),
+                                _row("suffix", "creative", 7, 1.08, nan, nan),
+                                _row("draft", "creative", 8, 0.71, 0.67, 0.82)])
+    assert verdicts["structured"].candidate == "draft" and verdicts["structured"].enable
+    assert verdicts["creative"].candidate == "suffix" and not verdicts["creative"].enable
+    assert "(suffix) measured 1.08x" in verdicts["creative"].headline()
 
 
 def test_without_any_interval_the_fastest_median_is_described_and_not_enabled():
