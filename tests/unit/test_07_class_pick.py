@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specdec_helpers.costmodel.rules import MIN_GAIN, decide, enable_rule, measured_reliably
+from specdec_helpers.costmodel.rules import MIN_GAIN, decide, enable_rule, measured_gain, measured_reliably
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_is_it_worth_it.ipynb"
 
@@ -29,7 +29,8 @@ def _class_verdicts(per_class: list[dict]) -> dict:
     cells = {c.get("id"): "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
     namespace = {"classes": ["structured", "creative"], "per_class": per_class, "min_pairs": 3, "pd": pd,
                  "overall": [{"candidate": c, "c_in_server": 0.1} for c in {r["candidate"] for r in per_class}],
-                 "measured_reliably": measured_reliably, "decide": decide, "enable_rule": enable_rule,
+                 "measured_reliably": measured_reliably, "measured_gain": measured_gain, "decide": decide,
+                 "enable_rule": enable_rule,
                  "MIN_GAIN": MIN_GAIN, "expected_concurrency": 1, "memory_note_for": lambda candidate: None,
                  "predicted_at_concurrency": lambda r: r["measured_speedup"],
                  "verdict": decide(_row("x", "all", 8, 1.0, 0.9, 1.1), rule=enable_rule, min_gain=MIN_GAIN,
