@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specdec_helpers.costmodel.rules import best_measured_k
 from specdec_helpers.report.record import read_records
 
 
@@ -34,18 +35,9 @@ def hardware(run: Path) -> str:
 
 
 def best_k(run: Path) -> dict[str, tuple[int, list[int]]]:
-    """Per class: the k with the highest measured decode speedup, and every k whose range overlaps the best's."""
+    """Per class: 04's best measured k and the k's it cannot tell apart (``rules.best_measured_k``, 04's rule)."""
     sweep = _read(run, "04_k_sweep")
-    found = {}
-    for cls, group in (sweep.groupby("class") if len(sweep) else []):
-        group = group.dropna(subset=["measured_decode_speedup"])
-        if group.empty:
-            continue
-        top = group.loc[group["measured_decode_speedup"].idxmax()]
-        tied = group[(group["decode_speedup_max"] >= top["decode_speedup_min"])
-                     & (group["decode_speedup_min"] <= top["decode_speedup_max"])]
-        found[cls] = (int(top["k"]), sorted(int(k) for k in tied["k"]))
-    return found
+    return best_measured_k(sweep) if len(sweep) else {}
 
 
 def cells_05(run: Path) -> pd.DataFrame:
@@ -84,8 +76,8 @@ def compare(first: Path, second: Path) -> tuple[str, bool]:
             (b1, t1), (b2, t2) = k1[cls], k2[cls]
             same = b1 == b2 or b1 in t2 or b2 in t1
             agree &= same
-            lines.append(f"| {cls} | {b1} ({', '.join(map(str, t1))}) | {b2} ({', '.join(map(str, t2))}) | "
-                         f"{'yes' if same else '**no**'} |")
+            ties1, ties2 = (", ".join(map(str, t)) or "none" for t in (t1, t2))
+            lines.append(f"| {cls} | {b1} ({ties1}) | {b2} ({ties2}) | {'yes' if same else '**no**'} |")
         lines.append("")
     c1, c2 = cells_05(first), cells_05(second)
     if len(c1) and len(c2):

@@ -12,6 +12,7 @@ each definition names it too):
 - notebooks/04_choosing_a_draft.ipynb, cell c10c: MAX_K
 - notebooks/04_choosing_a_draft.ipynb, cell c11cov: draft_coverage
 - notebooks/04_choosing_a_draft.ipynb, cell c04rule: paired_speedup, speedup_reading, C_FLOOR, measured_reliably
+- notebooks/04_choosing_a_draft.ipynb, cell c04k-rule: best_measured_k
 - notebooks/05_structured_vs_creative.ipynb, cell c02: DraftChoice, draft_rule
 - notebooks/06_context_and_concurrency.ipynb, cell c04: steady_state_window
 - notebooks/06_context_and_concurrency.ipynb, cell c07cross: Crossover, find_crossover
@@ -62,13 +63,14 @@ def break_even_alpha(k, c, v):
 
 
 # notebooks/01_how_it_works.ipynb, cell c20a
-def best_k(alpha, c, v, max_k=10):
+def best_k(alpha, c, v, max_k=10, speedup=predicted_speedup):
     """(k, speedup) with the highest predicted speedup for k in 1..max_k, or (0, 1.0): do not speculate. Every k is
     tried (a measured v(k + 1) need not give a curve with one peak); ties go to the smaller k. ``v``: a number, or
-    a function of k giving v(k + 1). Notebooks 04 and 07 search with this rule (theory.best_k)."""
+    a function of k giving v(k + 1). ``speedup(alpha, k, c, v)``: the prediction searched; notebooks 04 and 07 search
+    with this rule, passing the prediction for a share f of steps with a draft (a lookup drafts at some steps only)."""
     best = (0, 1.0)
     for kk in range(1, max_k + 1):
-        s = predicted_speedup(alpha, kk, c, v(kk) if callable(v) else v)
+        s = speedup(alpha, kk, c, v(kk) if callable(v) else v)
         if s > best[1] + 1e-12:
             best = (kk, s)
     return best
@@ -129,6 +131,18 @@ def measured_reliably(n_kept, n_flagged, min_pairs, c_in_server=math.nan):
     server, not a cheap proposer."""
     cheap_beyond_physics = c_in_server is not None and float(c_in_server) < C_FLOOR  # NaN: nothing drafted
     return int(n_kept) >= int(min_pairs) and int(n_flagged) < int(n_kept) and not cheap_beyond_physics
+
+
+# notebooks/04_choosing_a_draft.ipynb, cell c04k-rule
+def best_measured_k(sweep_table):
+    """Per class: (the k with the highest measured decode speedup, the other k's whose range over the prompts
+    reaches its lowest: not told apart). tools/compare_runs reads two runs' sweeps with this rule."""
+    found = {}
+    for cls, g in sweep_table.dropna(subset=["measured_decode_speedup"]).groupby("class"):
+        top = g.loc[g["measured_decode_speedup"].idxmax()]
+        ties = g[(g["k"] != top["k"]) & (g["decode_speedup_max"] >= top["decode_speedup_min"])]
+        found[cls] = (int(top["k"]), [int(k) for k in ties["k"]])
+    return found
 
 
 # notebooks/05_structured_vs_creative.ipynb, cell c02
@@ -237,12 +251,14 @@ def step_time(t, n):
 
 
 # notebooks/06_context_and_concurrency.ipynb, cell c10model
-def model_speedup(alpha, k, c, t, b):
+def model_speedup(alpha, k, c, t, b, f=1.0):
     """speedup(b) = E(alpha, k)·t(b) / (k·c·t(b) + t(b·(k+1))): tokens per speculative step of b streams over its
-    cost, in plain decode steps of b streams (a draft at every step; k = 0 is plain decoding: exactly 1)."""
+    cost, in plain decode steps of b streams (k = 0 is plain decoding: exactly 1). A draft model drafts at every
+    step; a lookup at a share f of them (04's coverage), the others plain: 1 token for t(b). Notebook 07 predicts
+    your concurrency with this rule."""
     tokens = sum(alpha**i for i in range(k + 1))  # E(alpha, k) = 1 + alpha + ... + alpha^k
     draft, verify, plain = k * c * step_time(t, b), step_time(t, b * (k + 1)), step_time(t, b)
-    return tokens * plain / (draft + verify)
+    return (f * tokens + 1 - f) * plain / (f * (draft + verify) + (1 - f) * plain)
 
 
 # notebooks/07_is_it_worth_it.ipynb, cell c11verdict

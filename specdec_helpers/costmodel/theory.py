@@ -166,30 +166,6 @@ def c_from_step(step_ratio: float, k: int, v: float, coverage: float = 1.0) -> f
     return (float(step_ratio) - f * float(v) - (1.0 - f)) / (f * g)
 
 
-def best_k(alpha: float, c: float, verify: VerifyLike = None, max_k: int = 10,
-           coverage: float = 1.0) -> tuple[int, float]:
-    """``(k, speedup)`` with the highest predicted speedup for ``k`` in ``0..max_k`` (``(0, 1.0)``: do not speculate),
-    searched exhaustively (a measured ``v(n)`` need not give a unimodal curve); ties go to the smaller ``k``."""
-    best = (0, 1.0)
-    for g in range(1, _check_k(max_k, name="max_k") + 1):
-        s = predicted_speedup_with_coverage(alpha, g, c, verify, coverage)
-        if s > best[1] + 1e-12:
-            best = (g, s)
-    return best
-
-
-def concurrency_speedup(alpha: float, k: int, c: float, step_time_at_batch: Mapping[int, float], batch: int,
-                        coverage: float = 1.0) -> float:
-    """Predicted speedup when ``batch`` sequences decode together, from ``t(n)``, a measured forward over ``n`` tokens:
-    verifying ``b`` sequences costs ``t(b * (k + 1))``, near ``t(b)`` only while memory-bound; drafting ``c * t(b)``."""
-    a, g, cf, f = _check_alpha(alpha), _check_k(k), _check_c(c), _check_coverage(coverage)
-    b = _check_k(batch, minimum=1, name="batch (concurrent sequences)")
-    t = _PiecewiseLinear(step_time_at_batch, "step_time_at_batch")
-    tb = t(b)
-    step = f * (g * cf * tb + t(b * (g + 1))) + (1.0 - f) * tb
-    return (f * expected_tokens_per_pass(a, g) + (1.0 - f)) * tb / step
-
-
 def break_even_alpha(k: int, c: float, verify: VerifyLike = None) -> float:
     """The per-token acceptance below which this ``k`` makes decoding slower (NaN when even ``alpha = 1`` loses):
     notebook 01's rule, its inputs checked. Coverage does not move it: plain steps neither gain nor lose."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from specdec_helpers.costmodel import analysis, theory
+from specdec_helpers.costmodel import analysis, rules, theory
 from specdec_helpers.costmodel.acceptance import pooled_acceptance
 from specdec_helpers.costmodel.rules import draft_coverage, paired_speedup
 from specdec_helpers.engine import spec_config
@@ -259,8 +260,10 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     point, lo, hi = paired_speedup(ratios)
     predicted = (theory.predicted_speedup_with_coverage(alpha_token, k, c_model, baseline.verify, coverage)
                  if np.isfinite(c_model) else math.nan)
-    # the same coverage: n-gram lookup that drafts on few steps must not get the per-drafted-step gain of a long k
-    best_k, best_pred = (theory.best_k(alpha_token, c_model, baseline.verify, max_k=max_k, coverage=coverage)
+    # 01's search with the same coverage: n-gram lookup that drafts on few steps must not get the per-drafted-step
+    # gain of a long k
+    with_coverage = partial(theory.predicted_speedup_with_coverage, coverage=coverage)
+    best_k, best_pred = (rules.best_k(alpha_token, c_model, lambda g: baseline.verify(g + 1), max_k, with_coverage)
                          if np.isfinite(c_model) else (k, math.nan))
     flagged = table[table["flagged"]]
     # a workload's speedup: what its users wait for in all, total baseline time over total speculative time

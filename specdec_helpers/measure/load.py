@@ -77,7 +77,7 @@ def steady_state_gaps(arrivals: Sequence[Sequence[float]], window: Window) -> li
 
 def decode_step_times(server: VLLMServer, batch_sizes: Iterable[int], *, window: Window, output_tokens: int = 24,
                       prompt_tokens: int = 32, seed: int = 0) -> pd.DataFrame:
-    """``t(n)`` of ``costmodel.theory.concurrency_speedup``: median gap of n streams decoding together inside
+    """``t(n)`` of notebook 06's ``model_speedup``: median gap of n streams decoding together inside
     ``window``, without speculation."""
     def arrivals_of(prompt_ids: list[int], start: threading.Barrier) -> list[float]:
         client = server.client()  # one client per stream: a shared one would queue on its connection pool

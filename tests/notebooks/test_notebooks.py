@@ -444,6 +444,7 @@ def check_06(r: dict, run_dir: Path) -> None:
                 row["prefill_share"], row["decode_speedup"], max(p["c_prefill"][n], -0.99)), abs=5e-3)
             assert p["measured"][n] == pytest.approx(row["end_to_end_speedup"], abs=1e-3)
     longest = str(max(int(n) for n in params["context_lengths"]))
+    from specdec_helpers.costmodel import rules
     from specdec_helpers.costmodel.rules import measured_reliably
 
     flags = {s_: pairs.loc[(pairs["server"] == s_) & (pairs["asked_tokens"] == int(longest)), "flagged"]
@@ -468,7 +469,7 @@ def check_06(r: dict, run_dir: Path) -> None:
     else:
         steps = {int(n): v for n, v in cost["step_time_by_sequences"].items()}
         def predicted(kk, b):
-            return 1.0 if kk == 0 else theory.concurrency_speedup(cost["alpha"], kk, cost["c"], steps, b)
+            return rules.model_speedup(cost["alpha"], kk, cost["c"], steps, b)
         for b, kk in schedule.items():  # the best k by the model (rounded inputs: allow a near tie)
             best = max(predicted(x, b) for x in range(low, k + 1))
             assert predicted(kk, b) >= best - 0.02, (b, kk, schedule)
@@ -563,7 +564,7 @@ def check_07(r: dict, run_dir: Path) -> None:
     assert set(per_class) == {"structured", "creative"}
     assert all(isinstance(v["enable"], bool) and v["expected_gain"] > 0 for v in per_class.values())
     # one definition of coverage: at one request the concurrency model is the coverage-aware decode
-    # prediction itself (theory.concurrency_speedup at b = 1 with v(k) from the same measurement)
+    # prediction itself (06's model_speedup at b = 1 with v(n) from the same measurement)
     best = r["best_candidate"]
     assert 0.0 <= best["coverage"] <= 1.0
     assert r["predicted_speedup_at_expected_concurrency"] == pytest.approx(best["predicted_decode_speedup"], rel=1e-6)

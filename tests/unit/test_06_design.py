@@ -9,16 +9,17 @@ import pytest
 from specdec_helpers.costmodel import rules, theory
 
 
-def test_06_writes_out_the_concurrency_model_that_theory_computes():
-    """The notebook's speedup(b) = E(alpha, k)·t(b) / (k·c·t(b) + t(b·(k+1))), with its own t(n) between and past the
-    measured sizes, is theory.concurrency_speedup (coverage 1) for every input, k = 0 included."""
-    steps = [{1: 0.0969, 2: 0.1033, 4: 0.0933, 5: 0.0931, 10: 0.1227, 20: 0.164},  # the cpu-coder run's t(n)
-             {1: 0.02, 4: 0.03, 5: 0.05, 16: 0.12, 20: 0.2},  # cost grows: extrapolated past 20
-             {2: 0.05, 8: 0.04}]  # falls with n: never below the fastest measured step
-    for t, alpha, k, c, b in itertools.product(steps, (0.0, 0.5, 0.979, 1.0), (0, 1, 2, 4, 8), (0.0, 0.428, 1.2),
-                                               (1, 2, 3, 4, 7, 40)):
-        assert rules.model_speedup(alpha, k, c, t, b) == pytest.approx(theory.concurrency_speedup(alpha, k, c, t, b),
-                                                                       rel=1e-12)
+def test_06_model_with_coverage_is_the_decode_prediction_at_one_stream():
+    """The notebook's speedup(b) with coverage f, at one stream with t(n) = v(n)·t(1), is the decode prediction with
+    coverage (theory.predicted_speedup_with_coverage): one model for 04's lookups and 07's concurrency, k = 0 included;
+    f = 1 is the formula written in the cell, f = 0 plain decoding."""
+    verify = theory.VerifyCost({1: 1.0, 2: 1.05, 3: 1.1, 5: 1.3, 9: 2.0})
+    t = {n: 0.05 * verify(n) for n in range(1, 10)}
+    for alpha, k, c, f in itertools.product((0.0, 0.5, 0.979, 1.0), (0, 1, 2, 4, 8), (0.0, 0.428, 1.2),
+                                            (0.0, 0.3, 1.0)):
+        assert rules.model_speedup(alpha, k, c, t, 1, f) == pytest.approx(
+            theory.predicted_speedup_with_coverage(alpha, k, c, verify, f), rel=1e-12)
+    assert rules.model_speedup(0.8, 3, 0.1, {1: 0.1, 4: 0.2, 16: 0.5}, 4, 0.0) == 1.0
 
 
 def test_the_step_time_reads_between_and_past_the_measured_sizes():

@@ -416,15 +416,16 @@ def test_04_defines_the_paired_speedup_and_the_verdict_rule_the_helpers_apply():
     assert rules.speedup_reading(0.8, 0.7, 0.9, 8, 0.05) == verdict.SLOWER
 
 
-def test_01_defines_the_best_k_search_that_theory_reuses():
-    from specdec_helpers.costmodel import rules, theory
+def test_04_best_measured_k_and_the_ks_it_cannot_tell_apart():
+    """04's rule (and tools/compare_runs'): the highest median per class; a k whose range over the prompts reaches
+    the best one's lowest prompt is not told apart; a k the guard left no pair of (NaN) is no candidate."""
+    import pandas as pd
 
-    ns = vars(rules)  # 01's definitions, exported by `make rules`
-    measured = theory.VerifyCost({1: 1.0, 2: 1.1, 3: 1.15, 5: 1.4, 9: 2.3})  # keyed by positions n = k + 1
-    for alpha in np.linspace(0, 1, 11):
-        for c in (0.0, 0.05, 0.2, 0.5):
-            assert ns["best_k"](float(alpha), c, 1.0, max_k=8) == pytest.approx(
-                theory.best_k(float(alpha), c, None, max_k=8))
-            assert ns["best_k"](float(alpha), c, lambda k: measured(k + 1), max_k=8) == pytest.approx(
-                theory.best_k(float(alpha), c, measured, max_k=8))
-    assert ns["best_k"](0.0, 0.2, 1.0)[0] == 0 and ns["best_k"](0.95, 0.05, 1.0, max_k=8)[0] >= 6
+    from specdec_helpers.costmodel.rules import best_measured_k
+
+    sweep = pd.DataFrame(
+        [("structured", 2, 1.40, 1.25, 1.70), ("structured", 4, 1.67, 1.38, 1.83), ("structured", 6, 1.69, 1.36, 1.85),
+         ("structured", 8, float("nan"), float("nan"), float("nan")), ("creative", 1, 1.07, 0.93, 1.18),
+         ("creative", 4, 0.83, 0.70, 0.90)],
+        columns=["class", "k", "measured_decode_speedup", "decode_speedup_min", "decode_speedup_max"])
+    assert best_measured_k(sweep) == {"structured": (6, [2, 4]), "creative": (1, [])}

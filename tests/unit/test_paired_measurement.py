@@ -104,6 +104,19 @@ def test_a_class_prediction_uses_the_c_it_is_given_not_its_own_timings():
         theory.predicted_speedup_with_coverage(given["alpha_per_token"], K, 0.5, VERIFY, given["coverage"]))
 
 
+def test_the_best_k_of_04_and_07_is_01s_rule(monkeypatch):
+    """summarize_candidate (04, 07) searches k with notebook 01's exported best_k, over the prediction with the
+    candidate's coverage: an edit of that rule changes every best k that follows (no second copy)."""
+    rows = pd.DataFrame(_pair("p1", 0, spec_decode_s=2.5) + _pair("p2", 1, spec_decode_s=2.9))
+    summary = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
+    searched = [theory.predicted_speedup_with_coverage(summary["alpha_per_token"], g, summary["c"], VERIFY,
+                                                       summary["coverage"]) for g in range(1, 9)]
+    assert summary["predicted_speedup_at_best_k"] == pytest.approx(max(1.0, *searched))
+    monkeypatch.setattr(rules, "best_k", lambda *args, **kwargs: (3, 9.9))
+    edited = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
+    assert (edited["best_k"], edited["predicted_speedup_at_best_k"]) == (3, 9.9)
+
+
 def test_a_proposer_that_never_drafted_costs_nothing_and_is_predicted_at_plain_speed():
     """A lookup that found nothing to copy on every prompt has no drafted step to learn c from: the model's c is 0
     (no drafting ran), so every prediction that follows is plain decoding, 1.0x, not a ValueError on a NaN c."""
@@ -112,8 +125,8 @@ def test_a_proposer_that_never_drafted_costs_nothing_and_is_predicted_at_plain_s
     summary = evaluate.summarize_candidate("draft", rows, _baseline(), k=K, max_k=8)
     assert math.isnan(summary["c_in_server"]) and summary["coverage"] == 0 and summary["c"] == 0
     assert summary["predicted_decode_speedup"] == 1.0 and summary["best_k"] == 0
-    assert theory.concurrency_speedup(summary["alpha_per_token"], K, summary["c"], {1: 0.1, 5: 0.12}, 4,
-                                      summary["coverage"]) == 1.0
+    assert rules.model_speedup(summary["alpha_per_token"], K, summary["c"], {1: 0.1, 5: 0.12}, 4,
+                               summary["coverage"]) == 1.0
 
 
 def test_a_sandwich_pairs_with_the_mean_of_its_baseline_blocks_and_reports_their_drift():

@@ -22,7 +22,7 @@ RULES = {
     "other_k": ("07", "c11k"), "talk_questions": ("07", "c11q"),
     "step_time": ("06", "c10model"), "model_speedup": ("06", "c10model"), "MAX_K": ("04", "c10c"),
     "expected_tokens_per_pass": ("01", "c18"), "predicted_speedup": ("01", "c20"), "break_even_alpha": ("01", "c20"),
-    "best_k": ("01", "c20a"),
+    "best_k": ("01", "c20a"), "best_measured_k": ("04", "c04k-rule"),
 }
 
 

@@ -1,18 +1,20 @@
-"""Unit tests for specdec_helpers.costmodel.theory, against values worked out by hand in the comments."""
+"""Unit tests for specdec_helpers.costmodel.theory and the cost-model rules the notebooks export (best k: 01,
+speedup at b streams: 06), against values worked out by hand in the comments."""
 
 import math
+from functools import partial
 
 import pytest
 
+from specdec_helpers.costmodel import rules
 from specdec_helpers.costmodel.theory import (
     VerifyCost,
     alpha_from_mean_acceptance_length,
     alpha_from_per_position,
-    best_k,
     break_even_alpha,
-    concurrency_speedup,
     expected_tokens_per_pass,
     predicted_speedup,
+    predicted_speedup_with_coverage,
 )
 
 # SmolLM2-135M on one CPU core: a forward over n positions vs one decode step (keys are positions,
@@ -183,11 +185,11 @@ def test_predicted_speedup_bad_verify_number():
         predicted_speedup(0.8, 4, 0.1, 0.0)
 
 
-# ---------------------------------------------------------------- best k
+# ---------------------------------------------------------------- best k (notebook 01's rule, exported)
 def test_best_k_clear_optimum():
     # alpha=0.6, c=0.2, free verify:
     #   k=1: 1.6 / 1.2 = 1.3333;  k=2: 1.96 / 1.4 = 1.4;  k=3: 2.176 / 1.6 = 1.36
-    g, s = best_k(0.6, 0.2)
+    g, s = rules.best_k(0.6, 0.2, 1.0)
     assert g == 2
     assert s == pytest.approx(1.4)
 
@@ -195,14 +197,14 @@ def test_best_k_clear_optimum():
 def test_best_k_high_acceptance():
     # alpha=0.8, c=0.1: k=5: 3.68928/1.5 = 2.45952; k=6: (1-0.8^7)/0.2 = 3.951424,
     # /1.6 = 2.46964; k=7: 4.1611392/1.7 = 2.44773 -> optimum 6
-    assert best_k(0.8, 0.1) == (6, pytest.approx(2.46964))
+    assert rules.best_k(0.8, 0.1, 1.0) == (6, pytest.approx(2.46964))
     # capped search range
-    assert best_k(0.8, 0.1, max_k=4) == (4, pytest.approx(2.401142857))
+    assert rules.best_k(0.8, 0.1, 1.0, max_k=4) == (4, pytest.approx(2.401142857))
 
 
 def test_best_k_do_not_speculate():
     # alpha=0.3 with the CPU costs: k=1 gives 1.3 / (0.25 + 1.6) = 0.70 < 1, all worse
-    assert best_k(0.3, 0.25, CPU_VERIFY) == (0, 1.0)
+    assert rules.best_k(0.3, 0.25, lambda k: CPU_VERIFY(k + 1)) == (0, 1.0)
 
 
 # ---------------------------------------------------------------- break-even
@@ -245,13 +247,13 @@ STEP_TIMES = {1: 10.0, 8: 11.0, 32: 14.0, 64: 25.0, 256: 100.0}  # ms, GPU-like 
 def test_concurrency_speedup_by_hand():
     # alpha=0.8, k=3: E = 1 + 0.8 + 0.64 + 0.512 = 2.952
     # b=1: t(1)=10, t(4)=10 + 3/7 = 10.428571; 2.952*10 / (0.3*10 + 10.428571) = 2.19830
-    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1) == pytest.approx(2.198297872)
+    assert rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, 1) == pytest.approx(2.198297872)
     # b=64: t(64)=25, t(256)=100; 2.952*25 / (0.3*25 + 100) = 73.8 / 107.5 = 0.68651
-    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 64) == pytest.approx(0.686511628)
+    assert rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, 64) == pytest.approx(0.686511628)
 
 
 def test_concurrency_speedup_falls_with_batch():
-    s = [concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, b) for b in (1, 8, 32, 64)]
+    s = [rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, b) for b in (1, 8, 32, 64)]
     assert s == sorted(s, reverse=True)
     assert s[0] > 1.0 > s[-1]
 
@@ -259,13 +261,7 @@ def test_concurrency_speedup_falls_with_batch():
 def test_concurrency_speedup_batch_one_matches_predicted():
     times = {1: 0.05, 2: 0.08, 4: 0.105, 8: 0.115}
     v = VerifyCost({n: t / times[1] for n, t in times.items()})
-    assert concurrency_speedup(0.7, 3, 0.25, times, 1) == pytest.approx(predicted_speedup(0.7, 3, 0.25, v))
-
-
-@pytest.mark.parametrize("batch", [0, -1, 1.5, True])
-def test_concurrency_speedup_bad_batch(batch):
-    with pytest.raises(ValueError):
-        concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, batch)
+    assert rules.model_speedup(0.7, 3, 0.25, times, 1) == pytest.approx(predicted_speedup(0.7, 3, 0.25, v))
 
 
 def test_coverage_mixes_speculative_and_plain_steps():
@@ -299,25 +295,33 @@ def test_coverage_formula_by_hand_with_measured_verify():
     assert predicted_speedup_with_coverage(0.8, 2, 0.1, LINEAR_VERIFY, 1.0) == pytest.approx(2.44 / 2.2)
 
 
+def best_k_with_coverage(alpha, c, verify, max_k=10, coverage=1.0):
+    """01's search over the prediction with coverage f, as measure.evaluate runs it."""
+    def v(k):
+        return 1.0 if verify is None else verify(k + 1)
+
+    return rules.best_k(alpha, c, v, max_k, partial(predicted_speedup_with_coverage, coverage=coverage))
+
+
 def test_best_k_uses_coverage():
     # n-gram-like: c=0, free verify, alpha=0.8. Per drafted step the longest k wins:
     # k=8: E = (1 - 0.8^9) / 0.2 = 4.32891136, time 1 -> 4.33x at full coverage,
-    assert best_k(0.8, 0.0, None, max_k=8) == (8, pytest.approx(4.32891136))
+    assert best_k_with_coverage(0.8, 0.0, None, max_k=8) == (8, pytest.approx(4.32891136))
     # but with drafts on 10% of steps: (0.1*4.32891136 + 0.9) / (0.1*1 + 0.9) = 1.332891136
-    assert best_k(0.8, 0.0, None, max_k=8, coverage=0.1) == (8, pytest.approx(1.332891136))
+    assert best_k_with_coverage(0.8, 0.0, None, max_k=8, coverage=0.1) == (8, pytest.approx(1.332891136))
     # no step drafted: nothing beats plain decoding
-    assert best_k(0.8, 0.0, None, max_k=8, coverage=0.0) == (0, 1.0)
+    assert best_k_with_coverage(0.8, 0.0, None, max_k=8, coverage=0.0) == (0, 1.0)
 
 
 def test_best_k_coverage_can_change_the_answer():
     # alpha=0.8, c=0, v(k) = 1 + 0.5 k. f=1: k=1: 1.8/1.5 = 1.2; k=2: 2.44/2.0 = 1.22;
     # k=3: 2.952/2.5 = 1.1808 -> k=2, 1.22
-    assert best_k(0.8, 0.0, LINEAR_VERIFY, max_k=6) == (2, pytest.approx(1.22))
+    assert best_k_with_coverage(0.8, 0.0, LINEAR_VERIFY, max_k=6) == (2, pytest.approx(1.22))
     # f=0.5: k=1: (0.9+0.5)/(0.75+0.5) = 1.12; k=2: (1.22+0.5)/(1.0+0.5) = 1.146667;
     # k=3: (1.476+0.5)/(1.25+0.5) = 1.129143 -> k=2, 1.146667 (lower than at f=1)
-    assert best_k(0.8, 0.0, LINEAR_VERIFY, max_k=6, coverage=0.5) == (2, pytest.approx(1.72 / 1.5))
+    assert best_k_with_coverage(0.8, 0.0, LINEAR_VERIFY, max_k=6, coverage=0.5) == (2, pytest.approx(1.72 / 1.5))
     with pytest.raises(ValueError, match="coverage"):
-        best_k(0.8, 0.0, coverage=-0.1)
+        best_k_with_coverage(0.8, 0.0, None, coverage=-0.1)
 
 
 def test_concurrency_speedup_with_coverage_by_hand():
@@ -326,11 +330,11 @@ def test_concurrency_speedup_with_coverage_by_hand():
     # speedup = 1.976 * 10 / 11.714286 = 1.686829
     t4 = 10 + 3 / 7
     expected = 1.976 * 10 / (0.5 * (3 + t4) + 5)
-    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1, coverage=0.5) == pytest.approx(expected)
+    assert rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, 1, 0.5) == pytest.approx(expected)
     assert expected == pytest.approx(1.686829, abs=1e-6)
     # f=1 is the formula without coverage; f=0 is plain decoding
-    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 1, coverage=1.0) == pytest.approx(2.198297872)
-    assert concurrency_speedup(0.8, 3, 0.1, STEP_TIMES, 64, coverage=0.0) == pytest.approx(1.0)
+    assert rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, 1, 1.0) == pytest.approx(2.198297872)
+    assert rules.model_speedup(0.8, 3, 0.1, STEP_TIMES, 64, 0.0) == pytest.approx(1.0)
 
 
 def test_end_to_end_speedup_weighs_the_drafts_prefill_by_the_prefill_share():
