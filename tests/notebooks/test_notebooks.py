@@ -454,6 +454,12 @@ def check_06(r: dict, run_dir: Path) -> None:
     best = max(compared, key=lambda s_: prefill[s_]["measured"][longest], default=None)
     assert r["best_method_at_longest_prompt"] == (
         best if best and prefill[best]["measured"][longest] > 1 + min_gain else "none")
+    # section 3's model run backwards: the c each level's measured speedup implies gives that speedup back
+    steps = {int(n): v for n, v in cost["step_time_by_sequences"].items()}
+    for b, implied in r["implied_c_by_concurrency"].items():
+        if implied is not None:
+            assert rules.model_speedup(cost["alpha"], k, implied, steps, int(b)) == pytest.approx(
+                levels[int(b)], rel=2e-3), (b, implied)
     # section 4: the batch-size schedule follows the notebook's rule from this run's numbers (the crossover,
     # else the cost model), vLLM gets it as ranges, and where the schedule steps aside its throughput at the
     # highest concurrency is not below static k's (a tenth of slack: one measurement of a few requests)
@@ -467,7 +473,6 @@ def check_06(r: dict, run_dir: Path) -> None:
     if status == "stops":
         assert schedule == {b: (k if b < crossover else low) for b in schedule}, schedule
     else:
-        steps = {int(n): v for n, v in cost["step_time_by_sequences"].items()}
         def predicted(kk, b):
             return rules.model_speedup(cost["alpha"], kk, cost["c"], steps, b)
         for b, kk in schedule.items():  # the best k by the model (rounded inputs: allow a near tie)
