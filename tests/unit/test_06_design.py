@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ def test_the_step_time_reads_between_and_past_the_measured_sizes():
 def _run_backwards(wide: pd.DataFrame, alpha: float, k: int, t: dict, c: float) -> pd.DataFrame:
     """06's cell e05back as the notebook holds it, on the given inputs."""
     cells = {cell.get("id"): "".join(cell["source"]) for cell in json.loads(NOTEBOOK.read_text())["cells"]}
-    namespace = {"wide": wide, "alpha": alpha, "k": k, "t": t, "c": c, "theory": theory, "np": np, "math": math,
+    namespace = {"wide": wide, "alpha": alpha, "k": k, "t": t, "c": c, "theory": theory, "np": np,
                  "pd": pd, "step_time": rules.step_time}
     exec(compile(cells["e05back"], "06:e05back", "exec"), namespace)
     return namespace["backwards"]
