@@ -34,7 +34,7 @@ LINE_LENGTH = 120
 
 #: the names a rule may read without defining them: name -> (isort section, module, the name in that module; None
 #: for ``import module [as name]``). Only the names the rules use are imported. costmodel is a low layer
-#: (specdec_helpers.LAYERS): what is listed here comes from the standard library, numpy, pandas, stats and costmodel.
+#: (pyproject.toml, [tool.importlinter]): what is listed here comes from the standard library, numpy, pandas, stats and costmodel.
 PROVIDED: dict[str, tuple[int, str, str | None]] = {
     "math": (0, "math", None),
     "dataclass": (0, "dataclasses", "dataclass"),
