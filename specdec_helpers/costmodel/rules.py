@@ -272,12 +272,13 @@ class Verdict:
     expected_gain: float
     reasons: list = field(default_factory=list)
     questions: dict = field(default_factory=dict)
+    scope: str = "this workload"  # a class's verdict: "the structured requests"
 
     def headline(self):
         if self.enable:
             return (f"Enable speculative decoding with {self.candidate}, num_speculative_tokens={self.k}: "
-                    f"expect about {self.expected_gain:.2f}x end to end on this workload and hardware.")
-        return (f"Do not enable speculative decoding for this workload on this hardware: the best candidate "
+                    f"expect about {self.expected_gain:.2f}x end to end on {self.scope} and this hardware.")
+        return (f"Do not enable speculative decoding for {self.scope} on this hardware: the best candidate "
                 f"({self.candidate}) measured {self.expected_gain:.2f}x.")
 
     def as_markdown(self):
@@ -318,7 +319,7 @@ def why_it_pays(best):
     partial = coverage == coverage and coverage < 0.995  # a lookup drafts only where the text repeats
     return (f"Acceptance {best['acceptance_rate']:.0%} (mean {best['mean_acceptance_length']:.2f} tokens per target "
             f"pass), draft cost c = {best['c']:.2f} of a target step, verifying k = {best['k']} drafted tokens costs "
-            f"v({best['k'] + 1}) = {best['verify_cost_k_plus_1']:.2f} decode steps (the value its pairs were judged with)"
+            f"v({best['k'] + 1}) = {best['verify_cost_k_plus_1']:.2f} decode steps (timed on the baseline: the value the prediction uses)"
             + (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
                if partial else "")
             + f": the cost model predicts {best['predicted_decode_speedup']:.2f}x decode speed (measured "

@@ -273,7 +273,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     return {"candidate": candidate, "k": k, "acceptance_rate": pooled["acceptance_rate"],
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c_model, "c_in_server": c_in_server, "coverage": coverage,
-            "verify_cost_k_plus_1": verify_next if len(table) else baseline.verify(k + 1),
+            "verify_cost_k_plus_1": baseline.verify(k + 1),  # what the prediction used; c used verify_next_to_pairs
             "predicted_decode_speedup": predicted, "measured_decode_speedup": float(kept["decode_speedup"].median()),
             "decode_speedup_min": float(kept["decode_speedup"].min()),
             "decode_speedup_max": float(kept["decode_speedup"].max()), "measured_speedup": point,
@@ -288,9 +288,10 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
                         f"time to first token {r.ttft_speedup:.2f}x"
                         for r in flagged.itertuples()],
             "method": str(spec["method"].iloc[0]) if "method" in spec and len(spec) else "",
-            # the speedup decomposed: tokens per step x time per step (over the baseline's), medians over the pairs
-            "tokens_per_step": float(table["tokens_per_step"].median()),
-            "time_per_step": float(table["step_ratio"].median()),
+            # the speedup decomposed: tokens per step x time per step (over the baseline's), medians of the kept pairs
+            # (of all pairs where the guard kept none: a description only, as c's)
+            "tokens_per_step": float((kept if len(kept) else table)["tokens_per_step"].median()),
+            "time_per_step": float((kept if len(kept) else table)["step_ratio"].median()),
             "plain_step_ratio": float(table["plain_step_ratio_pair"].median()),
             "plain_step_ratio_n": int(table["plain_step_ratio_pair"].notna().sum()),
             "ttft_speedup": float(table["ttft_speedup"].median()), "verify_next_to_pairs": verify_next,

@@ -116,7 +116,7 @@ def plot_concurrency(df: pd.DataFrame, title: str, caption: str | None = None):
 
 def plot_kv_check(df: pd.DataFrame, title: str, caption: str | None = None):
     """Grouped bars per ``setup``: ``kv_tokens_predicted`` by the calculator vs ``kv_tokens_reported`` by vLLM."""
-    sources = {"kv_tokens_predicted": "calculator (from config.json)", "kv_tokens_reported": "vLLM (start-up log)"}
+    sources = {"kv_tokens_predicted": "calculator (config shape, served dtype)", "kv_tokens_reported": "vLLM (log)"}
     long = df.rename(columns=sources).melt(id_vars="setup", value_vars=list(sources.values()), var_name="source",
                                            value_name="kv_tokens")
     with _figure((7.5, 4), title, caption) as (fig, ax):

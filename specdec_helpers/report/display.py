@@ -19,5 +19,5 @@ def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode
         cells.append(f"<td style='vertical-align:top;width:{100 // max(len(df), 1)}%'>"
                      f"<b>{html.escape(str(row['server']))}</b>"
                      f"<pre style='white-space:pre-wrap'>{html.escape(row['text'])}</pre><small>{stats}</small></td>")
-    plain = df[["server", *[c for c in columns if c in df]]].to_string(index=False)
+    plain = df[["server", *[c for c in columns if c in df]]].to_string(index=False, na_rep="-")  # "-": not speculating
     display({"text/html": f"<table><tr>{''.join(cells)}</tr></table>", "text/plain": plain}, raw=True)

@@ -58,6 +58,9 @@ def test_where_no_interval_clears_the_gain_the_fastest_median_is_named_and_not_e
     assert verdicts["structured"].candidate == "draft" and verdicts["structured"].enable
     assert verdicts["creative"].candidate == "suffix" and not verdicts["creative"].enable
     assert "(suffix) measured 1.08x" in verdicts["creative"].headline()
+    # a class's verdict speaks of that class, not of the whole workload
+    assert "for the creative requests on this hardware" in verdicts["creative"].headline()
+    assert "on the structured requests and this hardware" in verdicts["structured"].headline()
 
 
 def test_without_any_interval_the_fastest_median_is_described_and_not_enabled():

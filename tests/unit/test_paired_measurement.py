@@ -93,6 +93,12 @@ def test_the_guard_flags_a_pair_above_the_physics_bound_and_leaves_the_others():
     assert summary["decode_speedup_max"] == pytest.approx(kept["decode_speedup"].max())
     assert summary["c_in_server"] == pytest.approx(kept["c_in_server"].median())  # c from the kept pairs only
     assert summary["total_time_speedup"] == pytest.approx(kept["baseline_e2e_s"].sum() / kept["e2e_s"].sum())
+    # the decomposition reads the same kept pairs as the speedup it decomposes
+    assert summary["tokens_per_step"] == pytest.approx(kept["tokens_per_step"].median())
+    assert summary["time_per_step"] == pytest.approx(kept["step_ratio"].median())
+    assert summary["time_per_step"] != pytest.approx(table["step_ratio"].median())  # the flagged pair would move it
+    # the v(k + 1) shown next to the prediction is the one the prediction used: the baseline's
+    assert summary["verify_cost_k_plus_1"] == pytest.approx(VERIFY(K + 1))
 
 
 def test_a_class_prediction_uses_the_c_it_is_given_not_its_own_timings():
