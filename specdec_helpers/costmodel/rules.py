@@ -319,7 +319,8 @@ def why_it_pays(best):
     partial = coverage == coverage and coverage < 0.995  # a lookup drafts only where the text repeats
     return (f"Acceptance {best['acceptance_rate']:.0%} (mean {best['mean_acceptance_length']:.2f} tokens per target "
             f"pass), draft cost c = {best['c']:.2f} of a target step, verifying k = {best['k']} drafted tokens costs "
-            f"v({best['k'] + 1}) = {best['verify_cost_k_plus_1']:.2f} decode steps (timed on the baseline: the value the prediction uses)"
+            f"v({best['k'] + 1}) = {best['verify_cost_k_plus_1']:.2f} decode steps "
+            "(timed on the baseline: the value the prediction uses)"
             + (f", a draft on {coverage:.0%} of decode steps (coverage f; the other steps are plain decode steps)"
                if partial else "")
             + f": the cost model predicts {best['predicted_decode_speedup']:.2f}x decode speed (measured "
@@ -369,10 +370,10 @@ def talk_questions(candidate, by_class, concurrency, predicted_at_concurrency, m
 
 
 # notebooks/07_is_it_worth_it.ipynb, cell c11decide
-def decide(best, *, rule, min_gain, by_class, concurrency, predicted_at_concurrency, memory):
+def decide(best, *, rule, min_gain, by_class, concurrency, predicted_at_concurrency, memory, scope="this workload"):
     """The verdict: each step above in turn, then the enable rule on all three conditions at once. ``best``: the
     candidate's ``evaluate.summarize_candidate`` on all prompts, ``by_class`` per prompt class; ``memory``: the
-    draft's budget on your GPU (None without a draft model)."""
+    draft's budget on your GPU (None without a draft model); ``scope``: what the verdict speaks of."""
     _, gain_text = measured_gain(best, rule, min_gain)
     _, busy_text = under_load(rule, concurrency, predicted_at_concurrency)
     reasons = [gain_text, why_it_pays(best), busy_text, *([memory["text"]] if memory else []),
@@ -380,4 +381,5 @@ def decide(best, *, rule, min_gain, by_class, concurrency, predicted_at_concurre
     fits = memory.get("fits", True) if memory else True
     return Verdict(enable=bool(rule(best["speedup_ci_low"], predicted_at_concurrency, fits)),
                    candidate=best["candidate"], k=best["k"], expected_gain=best["measured_speedup"], reasons=reasons,
-                   questions=talk_questions(best["candidate"], by_class, concurrency, predicted_at_concurrency, memory))
+                   questions=talk_questions(best["candidate"], by_class, concurrency, predicted_at_concurrency, memory),
+                   scope=scope)

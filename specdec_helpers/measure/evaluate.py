@@ -270,6 +270,7 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
     total, total_lo, total_hi = bootstrap_ratio_ci(kept["baseline_e2e_s"], kept["e2e_s"], min_n=MIN_VALUES_FOR_INTERVAL)
     # pandas' median, min and max skip NaN and give NaN for no values
     verify_next = float(table["verify_k_plus_1"].median())
+    described = kept if len(kept) else table  # the decomposition's pairs: the kept ones (all where none was, as c)
     return {"candidate": candidate, "k": k, "acceptance_rate": pooled["acceptance_rate"],
             "mean_acceptance_length": mal, "per_position": analysis.per_position(spec),
             "alpha_per_token": alpha_token, "c": c_model, "c_in_server": c_in_server, "coverage": coverage,
@@ -288,10 +289,8 @@ def summarize_candidate(candidate: str, rows: pd.DataFrame, baseline: Baseline, 
                         f"time to first token {r.ttft_speedup:.2f}x"
                         for r in flagged.itertuples()],
             "method": str(spec["method"].iloc[0]) if "method" in spec and len(spec) else "",
-            # the speedup decomposed: tokens per step x time per step (over the baseline's), medians of the kept pairs
-            # (of all pairs where the guard kept none: a description only, as c's)
-            "tokens_per_step": float((kept if len(kept) else table)["tokens_per_step"].median()),
-            "time_per_step": float((kept if len(kept) else table)["step_ratio"].median()),
+            "tokens_per_step": float(described["tokens_per_step"].median()),
+            "time_per_step": float(described["step_ratio"].median()),
             "plain_step_ratio": float(table["plain_step_ratio_pair"].median()),
             "plain_step_ratio_n": int(table["plain_step_ratio_pair"].notna().sum()),
             "ttft_speedup": float(table["ttft_speedup"].median()), "verify_next_to_pairs": verify_next,

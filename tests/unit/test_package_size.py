@@ -13,8 +13,8 @@ vLLM worker out of a measurement (``measure.requests.alone_on_cpu``), net of abo
 comparison's absolute floor for values near 0, and to 6,460 when ``theory.best_k`` and ``theory.concurrency_speedup``,
 copies of notebook 01's ``best_k`` and 06's ``model_speedup``, went (04, 06 and 07 call the rules; 06's gained the
 coverage f), net of 04's ``best_measured_k``, which ``tools/compare_runs`` had copied; to 6,458 when the layers
-moved from ``specdec_helpers.LAYERS`` into import-linter's contract (pyproject.toml); and back to 6,460 for a class
-verdict that names its class (07's ``Verdict.scope``) and a decomposition that falls back to all pairs as c does."""
+moved from ``specdec_helpers.LAYERS`` into import-linter's contract (pyproject.toml); and to 6,461 for a class
+verdict that names its class (07's ``decide(scope=...)``) and a decomposition that falls back to all pairs as c does."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_460
+MAX_PACKAGE_LINES = 6_461
 
 
 def _lines() -> dict[str, int]:
