@@ -18,6 +18,7 @@ import pandas as pd
 from specdec_helpers.costmodel.acceptance import SpecCounters
 from specdec_helpers.engine.serving import VLLMServer
 from specdec_helpers.measure.metrics import around_request
+from specdec_helpers.report.display import progress_bar
 
 
 #: After its last engine step a vLLM worker keeps polling its shared-memory queue for a second before it sleeps (the
@@ -203,10 +204,8 @@ def measure_prompts(servers: Iterable[VLLMServer], prompts: Sequence, *, tempera
     """Every ``Prompt`` on every server, one request at a time: one block per (prompt, repeat) holds that prompt's
     request on each server, in :func:`interleaved_order`. One row per request; ``block`` and ``slot`` (its place in
     the block) and ``sent_at`` let anyone rebuild from the CSV which requests ran next to which."""
-    from tqdm.auto import tqdm
-
     servers, rows = list(servers), []
-    with tqdm(total=len(prompts) * repeats * len(servers), desc="requests", disable=not progress) as bar:
+    with progress_bar(len(prompts) * repeats * len(servers), "requests", enabled=progress) as bar:
         for block, (prompt, repeat) in enumerate(itertools.product(prompts, range(repeats))):
             for slot, server in enumerate(interleaved_order(servers, block)):
                 cap = max_tokens or prompt.max_tokens  # the answer cap is part of the setup a row records

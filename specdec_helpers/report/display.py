@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pandas as pd
+from IPython.display import display
 
 
 def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode_tokens_per_s",
                                                               "completion_tokens", "acceptance_rate")) -> None:
     """One column per server: its answer and its numbers, for the same prompt."""
-    from IPython.display import display
-
     cells = []
     for _, row in df.iterrows():
         stats = "<br>".join(f"{c}: {row[c]:.3g}" if isinstance(row[c], float) else f"{c}: {row[c]}"
@@ -21,3 +22,18 @@ def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode
                      f"<pre style='white-space:pre-wrap'>{html.escape(row['text'])}</pre><small>{stats}</small></td>")
     plain = df[["server", *[c for c in columns if c in df]]].to_string(index=False, na_rep="-")  # "-": not speculating
     display({"text/html": f"<table><tr>{''.join(cells)}</tr></table>", "text/plain": plain}, raw=True)
+
+
+@contextmanager
+def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator:
+    """A tqdm bar whose saved text view ends at its final count: a notebook bar is a widget, and GitHub or a text
+    dump shows only the text it had when first displayed (0/n) unless that display is updated when it closes."""
+    from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    widget = enabled and issubclass(tqdm, notebook_tqdm)
+    with tqdm(total=total, desc=desc, disable=not enabled, **({"display": False} if widget else {})) as bar:
+        shown = display(bar.container, display_id=True) if widget else None
+        yield bar
+    if shown is not None:
+        shown.update(bar.container)

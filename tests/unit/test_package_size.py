@@ -14,7 +14,9 @@ comparison's absolute floor for values near 0, and to 6,460 when ``theory.best_k
 copies of notebook 01's ``best_k`` and 06's ``model_speedup``, went (04, 06 and 07 call the rules; 06's gained the
 coverage f), net of 04's ``best_measured_k``, which ``tools/compare_runs`` had copied; to 6,458 when the layers
 moved from ``specdec_helpers.LAYERS`` into import-linter's contract (pyproject.toml); and to 6,461 for a class
-verdict that names its class (07's ``decide(scope=...)``) and a decomposition that falls back to all pairs as c does."""
+verdict that names its class (07's ``decide(scope=...)``) and a decomposition that falls back to all pairs as c does;
+to 6,476 for the request bar whose saved text ends at its final count (``report.display.progress_bar``: GitHub and
+text dumps of an executed notebook showed every bar at 0/n)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_461
+MAX_PACKAGE_LINES = 6_476
 
 
 def _lines() -> dict[str, int]:
