@@ -26,14 +26,18 @@ def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode
 
 @contextmanager
 def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator:
-    """A tqdm bar whose saved text view ends at its final count: a notebook bar is a widget, and GitHub or a text
-    dump shows only the text it had when first displayed (0/n) unless that display is updated when it closes."""
+    """A tqdm bar whose saved text view ends at its last count: a notebook bar is a widget, and GitHub or a text
+    dump shows only the text it had when first displayed (0/n) unless that display is updated when it closes (also
+    when the cell fails: the view then says how far it got)."""
     from tqdm.auto import tqdm
     from tqdm.notebook import tqdm as notebook_tqdm
 
     widget = enabled and issubclass(tqdm, notebook_tqdm)
-    with tqdm(total=total, desc=desc, disable=not enabled, **({"display": False} if widget else {})) as bar:
-        shown = display(bar.container, display_id=True) if widget else None
+    bar = tqdm(total=total, desc=desc, disable=not enabled, **({"display": False} if widget else {}))
+    shown = display(bar.container, display_id=True) if widget else None
+    try:
         yield bar
-    if shown is not None:
-        shown.update(bar.container)
+    finally:
+        bar.close()
+        if shown is not None:
+            shown.update(bar.container)

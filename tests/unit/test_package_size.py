@@ -15,7 +15,7 @@ copies of notebook 01's ``best_k`` and 06's ``model_speedup``, went (04, 06 and 
 coverage f), net of 04's ``best_measured_k``, which ``tools/compare_runs`` had copied; to 6,458 when the layers
 moved from ``specdec_helpers.LAYERS`` into import-linter's contract (pyproject.toml); and to 6,461 for a class
 verdict that names its class (07's ``decide(scope=...)``) and a decomposition that falls back to all pairs as c does;
-to 6,476 for the request bar whose saved text ends at its final count (``report.display.progress_bar``: GitHub and
+to 6,480 for the request bar whose saved text ends at its last count (``report.display.progress_bar``: GitHub and
 text dumps of an executed notebook showed every bar at 0/n)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specdec_helpers"
 MAX_MODULE_LINES = 400
-MAX_PACKAGE_LINES = 6_476
+MAX_PACKAGE_LINES = 6_480
 
 
 def _lines() -> dict[str, int]:
