@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pandas as pd
-from IPython.display import display
 
 
 def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode_tokens_per_s",
                                                               "completion_tokens", "acceptance_rate")) -> None:
     """One column per server: its answer and its numbers, for the same prompt."""
+    from IPython.display import display
+
     cells = []
     for _, row in df.iterrows():
         stats = "<br>".join(f"{c}: {row[c]:.3g}" if isinstance(row[c], float) else f"{c}: {row[c]}"
@@ -26,12 +27,11 @@ def side_by_side(df: pd.DataFrame, columns: tuple[str, ...] = ("ttft_s", "decode
 
 @contextmanager
 def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator:
-    """A tqdm bar whose saved text view ends at its last count: a notebook bar is a widget, and GitHub or a text
-    dump shows only the text it had when first displayed (0/n) unless that display is updated when it closes (also
-    when the cell fails: the view then says how far it got)."""
+    """A tqdm bar whose saved text ends at its last count: GitHub and text dumps show a notebook bar (a widget) as first
+    displayed, 0/n, unless that display is updated when it closes, also when the cell fails (how far it got)."""
+    from IPython.display import display
     from tqdm.auto import tqdm
     from tqdm.notebook import tqdm as notebook_tqdm
-
     widget = enabled and issubclass(tqdm, notebook_tqdm)
     bar = tqdm(total=total, desc=desc, disable=not enabled, **({"display": False} if widget else {}))
     shown = display(bar.container, display_id=True) if widget else None

@@ -22,8 +22,9 @@ def _bar_texts(tmp_path, enabled: bool, fail_after: int | None = None) -> list[s
                                    cwd=str(tmp_path))
     except papermill.PapermillExecutionError:
         assert fail_after is not None
-    cell = next(c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code")  # papermill puts
-    return [o.get("data", {}).get("text/plain", "") for o in cell.outputs]  # a failure's note above it
+    # the first code cell: papermill puts a failure's note above it
+    cell = next(c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code")
+    return [o.get("data", {}).get("text/plain", "") for o in cell.outputs]
 
 
 def test_a_notebook_bar_is_saved_at_its_final_count(tmp_path):
